@@ -1,0 +1,235 @@
+// trainverify: the command line. Verifies a plan headless (for CI), or inspects it.
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "io/plan_json.hpp"
+#include "ops/registry.hpp"
+#include "verify/verifier.hpp"
+
+namespace {
+
+constexpr const char* kUsage = R"(trainverify - proves a distributed training plan computes what the single-device step computes
+
+Usage:
+  trainverify verify PLAN.json [--jobs N] [--timeout SECONDS] [--json REPORT.json|-] [--stats] [--no-reduce]
+  trainverify inspect PLAN.json [--json]
+  trainverify ops
+  trainverify --help | --version
+
+verify   Cuts the plan into stages from its lineage, reduces shapes, checks every stage with Z3
+         on N worker threads, and prints one summary line that starts with EQUIVALENT,
+         NOT EQUIVALENT, INCONCLUSIVE or INVALID, then the diagnosis.
+           --jobs N          worker threads (default: one per hardware thread)
+           --timeout S       per-query solver timeout in seconds (default 60; 0 = none)
+           --json FILE       also write the JSON report to FILE ("-": standard output only)
+           --stats           print time per phase, stages per second and peak memory
+           --no-reduce       check every stage at full shapes (slow; for cross-checking)
+inspect  Prints counts (ops, tensors, ranks, lineage records, stages) and the parallel
+         configuration.
+ops      Lists the operators the registry knows.
+
+Exit codes: 0 equivalent, 1 not equivalent, 2 inconclusive, 3 invalid input or usage.
+)";
+
+int usageError(const std::string& msg) {
+    std::fprintf(stderr, "trainverify: %s\n(see trainverify --help)\n", msg.c_str());
+    return 3;
+}
+
+struct Loaded {
+    std::unique_ptr<tv::Plan> plan;
+    tv::VerifyReport invalid;
+    double seconds = 0;
+};
+
+Loaded load(const std::string& path) {
+    auto t0 = std::chrono::steady_clock::now();
+    auto res = tv::readPlanFile(path);
+    Loaded l;
+    l.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!res.ok()) {
+        for (auto& p : res.problems) p.path = path + (p.path.empty() ? "" : ": " + p.path);
+        l.invalid = tv::invalidReport(std::move(res.problems));
+        return l;
+    }
+    l.plan = std::move(res.plan);
+    return l;
+}
+
+bool parseUnsigned(const std::string& s, double& out) {
+    try {
+        std::size_t pos = 0;
+        out = std::stod(s, &pos);
+        return pos == s.size() && out >= 0 && out < 1e7;
+    } catch (...) {
+        return false;
+    }
+}
+
+int cmdVerify(const std::vector<std::string>& args) {
+    std::string path, jsonOut;
+    tv::VerifyOptions opts;
+    bool stats = false;
+    for (std::size_t i = 0; i < args.size(); ++i) {
+        const auto& a = args[i];
+        auto value = [&](const char* name) -> const std::string* {
+            if (i + 1 >= args.size()) return nullptr;
+            (void)name;
+            return &args[++i];
+        };
+        if (a == "--jobs") {
+            auto* v = value("--jobs");
+            double n = 0;
+            if (!v || !parseUnsigned(*v, n) || n < 1 || n > 1024 || n != static_cast<unsigned>(n)) return usageError("--jobs needs a whole number from 1 to 1024");
+            opts.jobs = static_cast<unsigned>(n);
+        } else if (a == "--timeout") {
+            auto* v = value("--timeout");
+            double s = 0;
+            if (!v || !parseUnsigned(*v, s)) return usageError("--timeout needs a number of seconds");
+            opts.check.timeoutMs = static_cast<unsigned>(s * 1000);
+        } else if (a == "--json") {
+            auto* v = value("--json");
+            if (!v) return usageError("--json needs a file name or -");
+            jsonOut = *v;
+        } else if (a == "--stats") {
+            stats = true;
+        } else if (a == "--no-reduce") {
+            opts.check.reduceShapes = false;
+        } else if (!a.empty() && a[0] == '-') {
+            return usageError("unknown option " + a);
+        } else if (path.empty()) {
+            path = a;
+        } else {
+            return usageError("verify takes one plan file");
+        }
+    }
+    if (path.empty()) return usageError("verify needs a plan file");
+    auto loaded = load(path);
+    tv::VerifyReport report = loaded.plan ? tv::verifyPlan(*loaded.plan, opts) : std::move(loaded.invalid);
+    report.timing.load = loaded.seconds;
+    report.timing.total += loaded.seconds;
+    auto json = tv::reportToJson(report);
+    if (loaded.plan) json["plan"] = {{"file", path}, {"name", loaded.plan->name}};
+    json["peak_memory_kb"] = tv::peakMemoryKb();
+    if (jsonOut == "-") {
+        std::cout << json.dump(2) << "\n";
+    } else {
+        std::cout << tv::reportToText(report, stats);
+        if (!jsonOut.empty()) {
+            std::ofstream f(jsonOut);
+            if (!f) {
+                std::fprintf(stderr, "trainverify: cannot write the report to %s\n", jsonOut.c_str());
+                return 3;
+            }
+            f << json.dump(2) << "\n";
+        }
+    }
+    return tv::exitCode(report.verdict);
+}
+
+int cmdInspect(const std::vector<std::string>& args) {
+    std::string path;
+    bool asJson = false;
+    for (const auto& a : args) {
+        if (a == "--json") asJson = true;
+        else if (!a.empty() && a[0] == '-') return usageError("unknown option " + a);
+        else if (path.empty()) path = a;
+        else return usageError("inspect takes one plan file");
+    }
+    if (path.empty()) return usageError("inspect needs a plan file");
+    auto loaded = load(path);
+    if (!loaded.plan) {
+        std::cout << tv::reportToText(loaded.invalid);
+        return 3;
+    }
+    const auto& p = *loaded.plan;
+    auto sp = tv::cutStages(p);
+    std::size_t glue = 0;
+    for (const auto& s : sp.stages) glue += s.glue() ? 1 : 0;
+    std::map<std::string, std::size_t> kinds;
+    for (const auto& o : p.parallel.ops) ++kinds[std::string(tv::OpRegistry::instance().spec(o.kind).name)];
+    nlohmann::json mesh = nlohmann::json::object();
+    for (auto a : tv::kAxes) mesh[std::string(tv::toString(a))] = p.mesh.at(a);
+    nlohmann::json j = {
+        {"name", p.name},
+        {"description", p.description},
+        {"logical", {{"ops", p.logical.ops.size()}, {"tensors", p.logical.tensors.size()}}},
+        {"parallel", {{"ops", p.parallel.ops.size()}, {"tensors", p.parallel.tensors.size()}, {"op_kinds", kinds}}},
+        {"ranks", p.ranks.size()},
+        {"mesh", mesh},
+        {"microbatches", p.microbatches},
+        {"lineage_records", p.lineage.size()},
+        {"initial_records", sp.initialRecords.size()},
+        {"stages", {{"total", sp.stages.size()}, {"op", sp.stages.size() - glue}, {"glue", glue}}},
+        {"structural_failures", sp.structural.size()},
+    };
+    if (asJson) {
+        std::cout << j.dump(2) << "\n";
+        return 0;
+    }
+    std::cout << "plan          " << (p.name.empty() ? path : p.name) << "\n";
+    if (!p.description.empty()) std::cout << "description   " << p.description << "\n";
+    std::cout << "logical       " << p.logical.ops.size() << " ops, " << p.logical.tensors.size() << " tensors\n";
+    std::cout << "parallel      " << p.parallel.ops.size() << " ops, " << p.parallel.tensors.size() << " tensors\n";
+    std::cout << "ranks         " << p.ranks.size() << " (";
+    bool first = true;
+    for (auto a : tv::kAxes)
+        if (p.mesh.at(a) > 1 || a == tv::Axis::DP || a == tv::Axis::TP || a == tv::Axis::PP) {
+            std::cout << (first ? "" : " ") << tv::toString(a) << "=" << p.mesh.at(a);
+            first = false;
+        }
+    std::cout << "), " << p.microbatches << " microbatch(es)\n";
+    std::cout << "lineage       " << p.lineage.size() << " records, " << sp.initialRecords.size() << " initial\n";
+    std::cout << "stages        " << sp.stages.size() << " (" << sp.stages.size() - glue << " op, " << glue << " glue)\n";
+    std::cout << "parallel ops  ";
+    first = true;
+    for (const auto& [k, n] : kinds) {
+        std::cout << (first ? "" : ", ") << k << " " << n;
+        first = false;
+    }
+    std::cout << "\n";
+    for (const auto& w : sp.warnings) std::cout << "warning: " << w << "\n";
+    return 0;
+}
+
+int cmdOps() {
+    for (const auto& s : tv::OpRegistry::instance().all()) {
+        std::printf("%-24s %s\n", std::string(s.name).c_str(), std::string(s.summary).c_str());
+    }
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::vector<std::string> args(argv + 1, argv + argc);
+    if (args.empty()) {
+        std::fputs(kUsage, stderr);
+        return 3;
+    }
+    const auto cmd = args[0];
+    std::vector<std::string> rest(args.begin() + 1, args.end());
+    try {
+        if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+            std::fputs(kUsage, stdout);
+            return 0;
+        }
+        if (cmd == "--version") {
+            std::printf("trainverify %s\n", TV_VERSION);
+            return 0;
+        }
+        if (cmd == "verify") return cmdVerify(rest);
+        if (cmd == "inspect") return cmdInspect(rest);
+        if (cmd == "ops") return cmdOps();
+        return usageError("unknown command " + cmd);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "trainverify: internal error: %s\n", e.what());
+        return 3;
+    }
+}

@@ -1,0 +1,730 @@
+#include "io/plan_json.hpp"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "ops/registry.hpp"
+
+namespace tv {
+
+using json = nlohmann::json;
+
+namespace {
+
+constexpr std::int64_t kMaxDim = std::int64_t(1) << 40;
+constexpr std::size_t kMaxRank = 16;
+
+struct TooManyProblems {};
+
+class Reader {
+public:
+    explicit Reader(const json& doc) : doc_(doc), plan_(std::make_unique<Plan>()) {}
+
+    PlanLoadResult run() {
+        try {
+            readAll();
+        } catch (const TooManyProblems&) {
+        }
+        PlanLoadResult r;
+        r.problems = std::move(problems_);
+        if (r.problems.empty()) r.plan = std::move(plan_);
+        return r;
+    }
+
+private:
+    const json& doc_;
+    std::unique_ptr<Plan> plan_;
+    std::vector<PlanProblem> problems_;
+
+    void fail(const std::string& path, const std::string& msg) {
+        problems_.push_back({path, msg});
+        if (problems_.size() >= kMaxProblems) throw TooManyProblems{};
+    }
+    bool bad() const { return !problems_.empty(); }
+
+    const json* member(const json& obj, const char* key, const std::string& path, bool required,
+                       json::value_t type, const char* typeName) {
+        auto it = obj.find(key);
+        if (it == obj.end()) {
+            if (required) fail(path, std::string("missing \"") + key + "\"");
+            return nullptr;
+        }
+        bool okType = it->type() == type || (type == json::value_t::number_integer && it->is_number_unsigned());
+        if (!okType) {
+            fail(path + "/" + key, std::string("\"") + key + "\" must be " + typeName);
+            return nullptr;
+        }
+        return &*it;
+    }
+    const json* arrayMember(const json& obj, const char* key, const std::string& path, bool required = true) {
+        return member(obj, key, path, required, json::value_t::array, "an array");
+    }
+    const json* objectMember(const json& obj, const char* key, const std::string& path, bool required = true) {
+        return member(obj, key, path, required, json::value_t::object, "an object");
+    }
+    const json* stringMember(const json& obj, const char* key, const std::string& path, bool required = true) {
+        return member(obj, key, path, required, json::value_t::string, "a string");
+    }
+    bool intMember(const json& obj, const char* key, const std::string& path, std::int64_t& out, bool required,
+                   std::int64_t lo, std::int64_t hi) {
+        auto* v = member(obj, key, path, required, json::value_t::number_integer, "an integer");
+        if (!v) return false;
+        auto x = v->get<std::int64_t>();
+        if (x < lo || x > hi) {
+            fail(path + "/" + key, std::string("\"") + key + "\" is " + std::to_string(x) + ", must be in [" +
+                                       std::to_string(lo) + ", " + std::to_string(hi) + "]");
+            return false;
+        }
+        out = x;
+        return true;
+    }
+
+    void readAll() {
+        if (!doc_.is_object()) {
+            fail("", "a plan file must hold a JSON object");
+            return;
+        }
+        auto* fmt = stringMember(doc_, "format", "");
+        if (fmt && *fmt != "trainverify-plan")
+            fail("/format", "\"format\" is \"" + fmt->get<std::string>() + "\", expected \"trainverify-plan\"");
+        std::int64_t version = 0;
+        if (intMember(doc_, "version", "", version, true, 0, 1000) && version != 1)
+            fail("/version", "unsupported version " + std::to_string(version) + " (this build reads version 1)");
+        if (bad()) return;
+        if (auto* n = stringMember(doc_, "name", "", false)) plan_->name = n->get<std::string>();
+        if (auto* d = stringMember(doc_, "description", "", false)) plan_->description = d->get<std::string>();
+        if (auto* e = objectMember(doc_, "expect", "", false)) plan_->expect = *e;
+        for (auto it = doc_.begin(); it != doc_.end(); ++it) {
+            static const std::vector<std::string> known = {"format", "version", "name", "description", "expect",
+                                                           "logical", "parallel", "lineage"};
+            if (std::find(known.begin(), known.end(), it.key()) == known.end())
+                fail("/" + it.key(), "unknown top-level key \"" + it.key() + "\"");
+        }
+        auto* logical = objectMember(doc_, "logical", "");
+        auto* parallel = objectMember(doc_, "parallel", "");
+        if (!logical || !parallel) return;
+        readMesh(*parallel);
+        if (bad()) return;
+        readGraph(*logical, "/logical", plan_->logical, false);
+        readGraph(*parallel, "/parallel", plan_->parallel, true);
+        if (bad()) return;
+        if (auto* lin = arrayMember(doc_, "lineage", "")) readLineage(*lin);
+    }
+
+    void readMesh(const json& par) {
+        auto& mesh = plan_->mesh;
+        if (auto* m = objectMember(par, "mesh", "/parallel", false)) {
+            for (auto it = m->begin(); it != m->end(); ++it) {
+                bool found = false;
+                for (auto a : kAxes)
+                    if (toString(a) == it.key()) {
+                        found = true;
+                        std::int64_t v = 1;
+                        if (intMember(*m, it.key().c_str(), "/parallel/mesh", v, true, 1, 1 << 20))
+                            mesh.degree[static_cast<std::size_t>(a)] = static_cast<std::int32_t>(v);
+                    }
+                if (!found) fail("/parallel/mesh/" + it.key(), "unknown parallelism axis \"" + it.key() + "\" (dp, tp, pp, sp, cp, ep)");
+            }
+        }
+        std::int64_t mb = 1;
+        if (intMember(par, "microbatches", "/parallel", mb, false, 1, 1 << 20)) plan_->microbatches = static_cast<std::int32_t>(mb);
+        if (auto* rs = arrayMember(par, "ranks", "/parallel", false)) {
+            for (std::size_t i = 0; i < rs->size(); ++i) {
+                auto path = "/parallel/ranks/" + std::to_string(i);
+                const auto& r = (*rs)[i];
+                if (!r.is_object()) {
+                    fail(path, "a rank must be an object");
+                    continue;
+                }
+                std::int64_t id = -1;
+                if (intMember(r, "rank", path, id, true, 0, (1 << 24)) && id != static_cast<std::int64_t>(i))
+                    fail(path + "/rank", "ranks must be listed in order: expected rank " + std::to_string(i) + ", got " + std::to_string(id));
+                RankInfo info;
+                for (auto a : kAxes) {
+                    std::int64_t c = 0;
+                    auto key = std::string(toString(a));
+                    if (r.contains(key) && intMember(r, key.c_str(), path, c, true, 0, mesh.at(a) - 1))
+                        info.coord[static_cast<std::size_t>(a)] = static_cast<std::int32_t>(c);
+                }
+                plan_->ranks.push_back(info);
+            }
+        } else {
+            // Derived from the mesh: dp outermost, then pp, then tp (innermost), as nnScaler numbers them.
+            std::int64_t n = std::int64_t(mesh.at(Axis::DP)) * mesh.at(Axis::PP) * mesh.at(Axis::TP);
+            if (n > (1 << 24)) {
+                fail("/parallel/mesh", "the mesh has more than 2^24 ranks");
+                return;
+            }
+            for (std::int32_t dp = 0; dp < mesh.at(Axis::DP); ++dp)
+                for (std::int32_t pp = 0; pp < mesh.at(Axis::PP); ++pp)
+                    for (std::int32_t tp = 0; tp < mesh.at(Axis::TP); ++tp) {
+                        RankInfo info;
+                        info.coord[static_cast<std::size_t>(Axis::DP)] = dp;
+                        info.coord[static_cast<std::size_t>(Axis::PP)] = pp;
+                        info.coord[static_cast<std::size_t>(Axis::TP)] = tp;
+                        plan_->ranks.push_back(info);
+                    }
+        }
+    }
+
+    std::string tensorLabel(const Graph& g, TensorId t) const { return "\"" + plan_->tensorName(g, t) + "\""; }
+
+    void readGraph(const json& obj, const std::string& base, Graph& g, bool parallel) {
+        auto* tensors = arrayMember(obj, "tensors", base);
+        auto* ops = arrayMember(obj, "ops", base);
+        if (!tensors || !ops) return;
+        auto nranks = static_cast<std::int64_t>(plan_->ranks.size());
+        for (std::size_t i = 0; i < tensors->size(); ++i) {
+            auto path = base + "/tensors/" + std::to_string(i);
+            const auto& t = (*tensors)[i];
+            if (!t.is_object()) {
+                fail(path, "a tensor must be an object");
+                continue;
+            }
+            TensorInfo info;
+            auto* id = stringMember(t, "id", path);
+            if (!id) continue;
+            auto name = id->get<std::string>();
+            if (name.empty()) {
+                fail(path + "/id", "tensor id is empty");
+                continue;
+            }
+            info.name = plan_->names.intern(name);
+            if (g.tensorByName.count(info.name)) {
+                fail(path + "/id", "duplicate tensor id \"" + name + "\"");
+                continue;
+            }
+            Shape shape;
+            if (auto* s = arrayMember(t, "shape", path)) {
+                if (s->size() > kMaxRank) fail(path + "/shape", "tensor \"" + name + "\" has more than 16 dims");
+                for (std::size_t d = 0; d < s->size(); ++d) {
+                    const auto& v = (*s)[d];
+                    if (!v.is_number_integer() || v.get<std::int64_t>() < 1 || v.get<std::int64_t>() > kMaxDim) {
+                        fail(path + "/shape/" + std::to_string(d), "tensor \"" + name + "\": dims must be positive integers");
+                        break;
+                    }
+                    shape.push_back(v.get<std::int64_t>());
+                }
+            }
+            info.shape = plan_->internShape(shape);
+            if (auto* r = stringMember(t, "role", path, false)) {
+                if (!parseRole(r->get<std::string>(), info.role))
+                    fail(path + "/role", "unknown role \"" + r->get<std::string>() +
+                                             "\" (input, weight, activation, gradient, optimizer_state, loss)");
+            }
+            if (auto* d = stringMember(t, "dtype", path, false)) {
+                if (!parseDType(d->get<std::string>(), info.dtype)) fail(path + "/dtype", "unknown dtype \"" + d->get<std::string>() + "\" (float, int)");
+            }
+            std::int64_t mb = -1;
+            if (intMember(t, "microbatch", path, mb, false, 0, plan_->microbatches - 1)) info.microbatch = static_cast<std::int32_t>(mb);
+            if (parallel) {
+                std::int64_t rank = -1;
+                if (t.contains("rank")) {
+                    if (intMember(t, "rank", path, rank, true, 0, nranks - 1)) info.rank = static_cast<std::int32_t>(rank);
+                } else {
+                    fail(path, "parallel tensor \"" + name + "\" needs a \"rank\"");
+                }
+            } else if (t.contains("rank")) {
+                fail(path + "/rank", "logical tensor \"" + name + "\" cannot have a rank");
+            }
+            for (auto it = t.begin(); it != t.end(); ++it) {
+                static const std::vector<std::string> known = {"id", "shape", "role", "dtype", "rank", "microbatch"};
+                if (std::find(known.begin(), known.end(), it.key()) == known.end())
+                    fail(path + "/" + it.key(), "unknown tensor key \"" + it.key() + "\"");
+            }
+            g.tensorByName.emplace(info.name, static_cast<TensorId>(g.tensors.size()));
+            g.tensors.push_back(info);
+        }
+        const auto& reg = OpRegistry::instance();
+        for (std::size_t i = 0; i < ops->size(); ++i) {
+            auto path = base + "/ops/" + std::to_string(i);
+            const auto& o = (*ops)[i];
+            if (!o.is_object()) {
+                fail(path, "an op must be an object");
+                continue;
+            }
+            auto* id = stringMember(o, "id", path);
+            auto* kindName = stringMember(o, "op", path);
+            if (!id || !kindName) continue;
+            auto name = id->get<std::string>();
+            OpInfo info;
+            info.name = plan_->names.intern(name);
+            std::string who = "op \"" + name + "\"";
+            if (g.opByName.count(info.name)) {
+                fail(path + "/id", "duplicate op id \"" + name + "\"");
+                continue;
+            }
+            auto kind = reg.find(kindName->get<std::string>());
+            if (!kind) {
+                fail(path + "/op", who + ": unknown op \"" + kindName->get<std::string>() + "\"");
+                continue;
+            }
+            info.kind = *kind;
+            const auto& spec = reg.spec(*kind);
+            info.phase = spec.collective ? Phase::Communication : Phase::Forward;
+            if (auto* ph = stringMember(o, "phase", path, false))
+                if (!parsePhase(ph->get<std::string>(), info.phase))
+                    fail(path + "/phase", who + ": unknown phase \"" + ph->get<std::string>() + "\" (forward, backward, optimizer, communication)");
+            json attrs = json::object();
+            if (auto* a = objectMember(o, "attrs", path, false)) attrs = *a;
+            info.attrs = plan_->internAttrs(attrs);
+            std::int64_t mb = -1;
+            if (intMember(o, "microbatch", path, mb, false, 0, plan_->microbatches - 1)) info.microbatch = static_cast<std::int32_t>(mb);
+            for (auto it = o.begin(); it != o.end(); ++it) {
+                static const std::vector<std::string> known = {"id", "op", "inputs", "outputs", "attrs", "phase", "rank", "group", "microbatch"};
+                if (std::find(known.begin(), known.end(), it.key()) == known.end())
+                    fail(path + "/" + it.key(), who + ": unknown op key \"" + it.key() + "\"");
+            }
+
+            // Operands.
+            std::vector<TensorId> ins, outs;
+            bool operandsOk = true;
+            auto readOperands = [&](const char* key, std::vector<TensorId>& list) {
+                auto* arr = arrayMember(o, key, path);
+                if (!arr) {
+                    operandsOk = false;
+                    return;
+                }
+                for (std::size_t k = 0; k < arr->size(); ++k) {
+                    const auto& v = (*arr)[k];
+                    auto p = path + "/" + key + "/" + std::to_string(k);
+                    if (!v.is_string()) {
+                        fail(p, who + ": operands are tensor ids (strings)");
+                        operandsOk = false;
+                        continue;
+                    }
+                    auto t = g.findTensor(plan_->names.find(v.get<std::string>()));
+                    if (t == kNone) {
+                        fail(p, who + ": dangling tensor id \"" + v.get<std::string>() + "\"");
+                        operandsOk = false;
+                        continue;
+                    }
+                    list.push_back(t);
+                }
+            };
+            readOperands("inputs", ins);
+            readOperands("outputs", outs);
+            if (!operandsOk) continue;
+
+            // Placement: local ops run on one rank; collectives on an explicit group.
+            std::vector<std::int32_t> group;
+            if (parallel) {
+                if (spec.collective) {
+                    if (o.contains("rank")) fail(path + "/rank", who + ": a collective runs on a \"group\", not a \"rank\"");
+                    if (auto* gr = arrayMember(o, "group", path)) {
+                        for (std::size_t k = 0; k < gr->size(); ++k) {
+                            const auto& v = (*gr)[k];
+                            if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() >= nranks) {
+                                fail(path + "/group/" + std::to_string(k), who + ": rank out of range (the plan has " + std::to_string(nranks) + " ranks)");
+                                continue;
+                            }
+                            auto r = static_cast<std::int32_t>(v.get<std::int64_t>());
+                            if (std::find(group.begin(), group.end(), r) != group.end())
+                                fail(path + "/group/" + std::to_string(k), who + ": rank " + std::to_string(r) + " appears twice in the group");
+                            group.push_back(r);
+                        }
+                        if (group.empty()) fail(path + "/group", who + ": the group is empty");
+                        if (spec.name == "send_recv" && group.size() != 2)
+                            fail(path + "/group", who + ": send_recv needs a group [src, dst]");
+                    }
+                    if (bad() && group.empty()) continue;
+                    int n = static_cast<int>(group.size());
+                    if (static_cast<int>(ins.size()) != spec.collectiveInputs(n) || static_cast<int>(outs.size()) != spec.collectiveOutputs(n)) {
+                        fail(path, who + ": a " + std::string(spec.name) + " over " + std::to_string(n) + " ranks takes " +
+                                       std::to_string(spec.collectiveInputs(n)) + " inputs and " +
+                                       std::to_string(spec.collectiveOutputs(n)) + " outputs, got " +
+                                       std::to_string(ins.size()) + " and " + std::to_string(outs.size()));
+                        continue;
+                    }
+                    bool single = spec.collectiveInputs(n) == 1;
+                    for (std::size_t k = 0; k < ins.size(); ++k) {
+                        auto want = group[single ? 0 : k];
+                        if (g.tensors[ins[k]].rank != want)
+                            fail(path + "/inputs/" + std::to_string(k), who + ": input " + tensorLabel(g, ins[k]) + " is on rank " +
+                                                                       std::to_string(g.tensors[ins[k]].rank) + ", but group position " +
+                                                                       std::to_string(single ? 0 : k) + " is rank " + std::to_string(want));
+                    }
+                    for (std::size_t k = 0; k < outs.size(); ++k) {
+                        auto want = group[spec.collectiveOutputs(n) == 1 ? n - 1 : static_cast<int>(k)];
+                        if (g.tensors[outs[k]].rank != want)
+                            fail(path + "/outputs/" + std::to_string(k), who + ": output " + tensorLabel(g, outs[k]) + " is on rank " +
+                                                                        std::to_string(g.tensors[outs[k]].rank) + ", but the group puts it on rank " +
+                                                                        std::to_string(want));
+                    }
+                    info.group = plan_->internGroup(group);
+                } else {
+                    if (o.contains("group")) fail(path + "/group", who + ": only collectives have a \"group\"");
+                    std::int64_t rank = -1;
+                    if (!intMember(o, "rank", path, rank, true, 0, nranks - 1)) continue;
+                    info.rank = static_cast<std::int32_t>(rank);
+                    for (std::size_t k = 0; k < ins.size(); ++k)
+                        if (g.tensors[ins[k]].rank != info.rank)
+                            fail(path + "/inputs/" + std::to_string(k), who + " runs on rank " + std::to_string(rank) + ", but its input " +
+                                                                       tensorLabel(g, ins[k]) + " is on rank " + std::to_string(g.tensors[ins[k]].rank));
+                    for (std::size_t k = 0; k < outs.size(); ++k)
+                        if (g.tensors[outs[k]].rank != info.rank)
+                            fail(path + "/outputs/" + std::to_string(k), who + " runs on rank " + std::to_string(rank) + ", but its output " +
+                                                                        tensorLabel(g, outs[k]) + " is on rank " + std::to_string(g.tensors[outs[k]].rank));
+                }
+            } else {
+                if (spec.collective) {
+                    fail(path + "/op", who + ": the logical plan is single-device; " + std::string(spec.name) + " belongs in the parallel plan");
+                    continue;
+                }
+                if (o.contains("rank") || o.contains("group")) fail(path, who + ": logical ops have no rank or group");
+            }
+
+            // Arity, attributes, shapes.
+            if (!spec.collective) {
+                bool arityOk = static_cast<int>(ins.size()) >= spec.minInputs &&
+                               (spec.maxInputs < 0 || static_cast<int>(ins.size()) <= spec.maxInputs) &&
+                               (spec.numOutputs < 0 ? !outs.empty() : static_cast<int>(outs.size()) == spec.numOutputs);
+                if (!arityOk) {
+                    auto range = spec.maxInputs < 0 ? std::to_string(spec.minInputs) + " or more"
+                                 : spec.minInputs == spec.maxInputs ? std::to_string(spec.minInputs)
+                                                                    : std::to_string(spec.minInputs) + " to " + std::to_string(spec.maxInputs);
+                    fail(path, who + ": " + std::string(spec.name) + " takes " + range + " inputs and " +
+                                   (spec.numOutputs < 0 ? std::string("one or more") : std::to_string(spec.numOutputs)) +
+                                   " outputs, got " + std::to_string(ins.size()) + " and " + std::to_string(outs.size()));
+                    continue;
+                }
+            }
+            std::vector<Shape> inShapes, outShapes;
+            std::vector<DType> inTypes;
+            for (auto t : ins) {
+                inShapes.push_back(plan_->shape(g, t));
+                inTypes.push_back(g.tensors[t].dtype);
+            }
+            for (auto t : outs) outShapes.push_back(plan_->shape(g, t));
+            if (auto err = checkOp(spec, attrs, inShapes, outShapes, inTypes); !err.empty()) {
+                fail(path, who + " (" + std::string(spec.name) + "): " + err);
+                continue;
+            }
+            // Output dtypes follow the inputs for data movement; everything else produces floats.
+            bool moves = spec.cls == OpClass::Movement || spec.collective || spec.name == "identity";
+            for (std::size_t k = 0; k < outs.size(); ++k) {
+                auto want = moves && !ins.empty() ? g.tensors[ins[0]].dtype : DType::Float;
+                if (g.tensors[outs[k]].dtype != want)
+                    fail(path + "/outputs/" + std::to_string(k), who + ": output " + tensorLabel(g, outs[k]) + " must be a " +
+                                                                std::string(toString(want)) + " tensor");
+            }
+            if (parallel && info.microbatch < 0 && !outs.empty()) info.microbatch = g.tensors[outs[0]].microbatch;
+
+            auto opId = static_cast<OpId>(g.ops.size());
+            info.firstInput = static_cast<std::uint32_t>(g.operands.size());
+            info.numInputs = static_cast<std::uint32_t>(ins.size());
+            g.operands.insert(g.operands.end(), ins.begin(), ins.end());
+            info.firstOutput = static_cast<std::uint32_t>(g.operands.size());
+            info.numOutputs = static_cast<std::uint32_t>(outs.size());
+            g.operands.insert(g.operands.end(), outs.begin(), outs.end());
+            for (std::size_t k = 0; k < outs.size(); ++k) {
+                auto& t = g.tensors[outs[k]];
+                if (t.producer != kNone) {
+                    fail(path + "/outputs/" + std::to_string(k), who + ": tensor " + tensorLabel(g, outs[k]) + " is already produced by op \"" +
+                                                                plan_->opName(g, t.producer) + "\"");
+                    continue;
+                }
+                t.producer = opId;
+            }
+            g.opByName.emplace(info.name, opId);
+            g.ops.push_back(info);
+        }
+        if (bad()) return;
+        std::vector<OpId> cycle;
+        if (!g.finalize(&cycle)) {
+            std::string names;
+            for (std::size_t k = 0; k < cycle.size() && k < 6; ++k) names += (k ? ", \"" : "\"") + plan_->opName(g, cycle[k]) + "\"";
+            fail(base + "/ops", "the graph has a cycle through ops " + names + (cycle.size() > 6 ? ", ..." : ""));
+        }
+    }
+
+    void readLineage(const json& lin) {
+        auto& L = plan_->logical;
+        auto& P = plan_->parallel;
+        std::vector<std::uint32_t> seenIn(P.tensors.size(), kNone);
+        for (std::size_t i = 0; i < lin.size(); ++i) {
+            auto path = "/lineage/" + std::to_string(i);
+            const auto& r = lin[i];
+            if (!r.is_object()) {
+                fail(path, "a lineage record must be an object");
+                continue;
+            }
+            auto* ln = stringMember(r, "logical", path);
+            auto* slices = arrayMember(r, "slices", path);
+            if (!ln || !slices) continue;
+            LineageRecord rec;
+            rec.logical = L.findTensor(plan_->names.find(ln->get<std::string>()));
+            if (rec.logical == kNone) {
+                fail(path + "/logical", "dangling logical tensor id \"" + ln->get<std::string>() + "\"");
+                continue;
+            }
+            std::string who = "lineage of \"" + ln->get<std::string>() + "\"";
+            const auto& full = plan_->shape(L, rec.logical);
+            auto ldtype = L.tensors[rec.logical].dtype;
+            for (std::size_t s = 0; s < slices->size(); ++s) {
+                auto sp = path + "/slices/" + std::to_string(s);
+                const auto& sj = (*slices)[s];
+                if (!sj.is_object()) {
+                    fail(sp, who + ": a slice must be an object");
+                    continue;
+                }
+                LineageSlice slice;
+                auto* box = arrayMember(sj, "box", sp);
+                auto* copies = arrayMember(sj, "copies", sp);
+                if (!box || !copies) continue;
+                if (box->size() != full.size()) {
+                    fail(sp + "/box", who + ": box has " + std::to_string(box->size()) + " dims, the tensor has " + std::to_string(full.size()));
+                    continue;
+                }
+                bool boxOk = true;
+                for (std::size_t d = 0; d < full.size(); ++d) {
+                    const auto& b = (*box)[d];
+                    if (!b.is_array() || b.size() != 2 || !b[0].is_number_integer() || !b[1].is_number_integer()) {
+                        fail(sp + "/box/" + std::to_string(d), who + ": each box dim is [start, end]");
+                        boxOk = false;
+                        break;
+                    }
+                    auto lo = b[0].get<std::int64_t>(), hi = b[1].get<std::int64_t>();
+                    if (lo < 0 || hi > full[d] || lo >= hi) {
+                        fail(sp + "/box/" + std::to_string(d), who + ": slice [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                                                                   ") is out of bounds for dim " + std::to_string(d) + " of size " +
+                                                                   std::to_string(full[d]));
+                        boxOk = false;
+                        break;
+                    }
+                    slice.box.lo.push_back(lo);
+                    slice.box.hi.push_back(hi);
+                }
+                if (!boxOk) continue;
+                auto extent = slice.box.extent();
+                if (copies->empty()) fail(sp + "/copies", who + ": a slice needs at least one copy");
+                for (std::size_t c = 0; c < copies->size(); ++c) {
+                    auto cp = sp + "/copies/" + std::to_string(c);
+                    const auto& cj = (*copies)[c];
+                    if (!cj.is_array() || cj.empty()) {
+                        fail(cp, who + ": a copy is a non-empty array of terms");
+                        continue;
+                    }
+                    std::vector<LineageTerm> terms;
+                    for (std::size_t k = 0; k < cj.size(); ++k) {
+                        auto tp = cp + "/" + std::to_string(k);
+                        const auto& tj = cj[k];
+                        std::string tname;
+                        LineageTerm term;
+                        if (tj.is_string()) {
+                            tname = tj.get<std::string>();
+                        } else if (tj.is_object() && tj.contains("tensor") && tj["tensor"].is_string()) {
+                            tname = tj["tensor"].get<std::string>();
+                            if (tj.contains("coeff")) {
+                                const auto& cv = tj["coeff"];
+                                std::optional<Rational> q;
+                                if (cv.is_number_integer()) q = Rational(cv.get<std::int64_t>());
+                                else if (cv.is_string()) q = Rational::parse(cv.get<std::string>());
+                                if (!q || q->isZero()) {
+                                    fail(tp + "/coeff", who + ": coeff must be a non-zero integer or a rational string like \"1/2\"");
+                                    continue;
+                                }
+                                term.coeff = *q;
+                            }
+                        } else {
+                            fail(tp, who + ": a term is a tensor id or {\"tensor\": id, \"coeff\": \"p/q\"}");
+                            continue;
+                        }
+                        term.tensor = P.findTensor(plan_->names.find(tname));
+                        if (term.tensor == kNone) {
+                            fail(tp, who + ": dangling parallel tensor id \"" + tname + "\"");
+                            continue;
+                        }
+                        const auto& ps = plan_->shape(P, term.tensor);
+                        if (ps != extent) {
+                            fail(tp, who + ": parallel tensor \"" + tname + "\" has shape " + shapeToString(ps) +
+                                         ", but the slice " + slice.box.toString() + " has shape " + shapeToString(extent));
+                            continue;
+                        }
+                        if (P.tensors[term.tensor].dtype != ldtype) {
+                            fail(tp, who + ": parallel tensor \"" + tname + "\" has dtype " + std::string(toString(P.tensors[term.tensor].dtype)) +
+                                         ", the logical tensor has " + std::string(toString(ldtype)));
+                            continue;
+                        }
+                        if (seenIn[term.tensor] != kNone) {
+                            fail(tp, who + ": parallel tensor \"" + tname + "\" already appears in /lineage/" + std::to_string(seenIn[term.tensor]));
+                            continue;
+                        }
+                        seenIn[term.tensor] = static_cast<std::uint32_t>(i);
+                        terms.push_back(term);
+                    }
+                    if (ldtype == DType::Int && (terms.size() != 1 || !terms[0].coeff.isOne()))
+                        fail(cp, who + ": copies of an int tensor are single tensors with coefficient 1");
+                    slice.copies.push_back(std::move(terms));
+                }
+                rec.slices.push_back(std::move(slice));
+            }
+            checkTiling(rec, path, who, full);
+            plan_->lineage.push_back(std::move(rec));
+        }
+    }
+
+    /// Slices must tile the logical box exactly: no two overlap and together they cover it.
+    void checkTiling(const LineageRecord& rec, const std::string& path, const std::string& who, const Shape& full) {
+        if (rec.slices.empty()) {
+            fail(path + "/slices", who + ": no slices");
+            return;
+        }
+        __extension__ typedef unsigned __int128 u128;
+        u128 volume = 0;
+        for (std::size_t a = 0; a < rec.slices.size(); ++a) {
+            u128 v = 1;
+            for (auto e : rec.slices[a].box.extent()) v *= static_cast<u128>(e);
+            volume += v;
+            for (std::size_t b = 0; b < a; ++b) {
+                const auto& x = rec.slices[a].box;
+                const auto& y = rec.slices[b].box;
+                bool overlap = true;
+                for (std::size_t d = 0; d < full.size(); ++d)
+                    if (x.hi[d] <= y.lo[d] || y.hi[d] <= x.lo[d]) overlap = false;
+                if (overlap) {
+                    fail(path + "/slices/" + std::to_string(a), who + ": slice " + x.toString() + " overlaps slice " + std::to_string(b) + " " + y.toString());
+                    return;
+                }
+            }
+        }
+        u128 total = 1;
+        for (auto e : full) total *= static_cast<u128>(e);
+        if (volume != total) fail(path + "/slices", who + ": the slices leave holes (they cover " + std::to_string(static_cast<unsigned long long>(volume)) +
+                                                         " of " + std::to_string(static_cast<unsigned long long>(total)) + " elements)");
+    }
+};
+
+std::string lineColumn(const std::string& text, std::size_t byte) {
+    std::size_t line = 1, col = 1;
+    for (std::size_t i = 0; i < byte && i < text.size(); ++i) {
+        if (text[i] == '\n') {
+            ++line;
+            col = 1;
+        } else {
+            ++col;
+        }
+    }
+    return "line " + std::to_string(line) + ", column " + std::to_string(col);
+}
+
+}  // namespace
+
+PlanLoadResult readPlanJson(const json& doc) { return Reader(doc).run(); }
+
+PlanLoadResult readPlanText(const std::string& text) {
+    json doc;
+    try {
+        doc = json::parse(text, nullptr, true, false);
+    } catch (const json::parse_error& e) {
+        PlanLoadResult r;
+        std::string what = e.what();
+        if (auto p = what.find("parse error"); p != std::string::npos) what = what.substr(p);
+        r.problems.push_back({"", "malformed JSON at " + lineColumn(text, e.byte ? e.byte - 1 : 0) + ": " + what});
+        return r;
+    }
+    return readPlanJson(doc);
+}
+
+PlanLoadResult readPlanFile(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+        PlanLoadResult r;
+        r.problems.push_back({"", "cannot open file"});
+        return r;
+    }
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return readPlanText(ss.str());
+}
+
+// ----- writer -----------------------------------------------------------------------------
+
+namespace {
+
+json writeGraph(const Plan& p, const Graph& g, bool parallel) {
+    json tensors = json::array();
+    for (TensorId t = 0; t < g.tensors.size(); ++t) {
+        const auto& ti = g.tensors[t];
+        json j = {{"id", p.names.str(ti.name)}, {"shape", p.shapes[ti.shape]}, {"role", toString(ti.role)}};
+        if (ti.dtype != DType::Float) j["dtype"] = toString(ti.dtype);
+        if (parallel) j["rank"] = ti.rank;
+        if (ti.microbatch >= 0) j["microbatch"] = ti.microbatch;
+        tensors.push_back(std::move(j));
+    }
+    const auto& reg = OpRegistry::instance();
+    json ops = json::array();
+    for (OpId o = 0; o < g.ops.size(); ++o) {
+        const auto& oi = g.ops[o];
+        const auto& spec = reg.spec(oi.kind);
+        json j = {{"id", p.names.str(oi.name)}, {"op", spec.name}};
+        if (oi.rank >= 0) j["rank"] = oi.rank;
+        if (oi.group != kNone) j["group"] = p.groups[oi.group];
+        if (oi.microbatch >= 0) j["microbatch"] = oi.microbatch;
+        auto defPhase = spec.collective ? Phase::Communication : Phase::Forward;
+        if (oi.phase != defPhase) j["phase"] = toString(oi.phase);
+        json ins = json::array(), outs = json::array();
+        for (auto t : g.inputs(o)) ins.push_back(p.names.str(g.tensors[t].name));
+        for (auto t : g.outputs(o)) outs.push_back(p.names.str(g.tensors[t].name));
+        j["inputs"] = std::move(ins);
+        j["outputs"] = std::move(outs);
+        const auto& a = p.opAttrs(g, o);
+        if (!a.empty()) j["attrs"] = a;
+        ops.push_back(std::move(j));
+    }
+    return json{{"tensors", std::move(tensors)}, {"ops", std::move(ops)}};
+}
+
+}  // namespace
+
+json writePlanJson(const Plan& p) {
+    json doc = json::object();
+    doc["format"] = "trainverify-plan";
+    doc["version"] = 1;
+    if (!p.name.empty()) doc["name"] = p.name;
+    if (!p.description.empty()) doc["description"] = p.description;
+    if (!p.expect.is_null()) doc["expect"] = p.expect;
+    doc["logical"] = writeGraph(p, p.logical, false);
+    auto par = writeGraph(p, p.parallel, true);
+    json mesh = json::object();
+    for (auto a : kAxes)
+        if (p.mesh.at(a) != 1) mesh[std::string(toString(a))] = p.mesh.at(a);
+    par["mesh"] = mesh;
+    par["microbatches"] = p.microbatches;
+    json ranks = json::array();
+    for (std::size_t r = 0; r < p.ranks.size(); ++r) {
+        json j = {{"rank", r}};
+        for (auto a : kAxes)
+            if (p.mesh.at(a) != 1 || a == Axis::DP || a == Axis::TP || a == Axis::PP) j[std::string(toString(a))] = p.ranks[r].at(a);
+        ranks.push_back(std::move(j));
+    }
+    par["ranks"] = std::move(ranks);
+    doc["parallel"] = std::move(par);
+    json lin = json::array();
+    for (const auto& rec : p.lineage) {
+        json slices = json::array();
+        for (const auto& s : rec.slices) {
+            json box = json::array();
+            for (std::size_t d = 0; d < s.box.lo.size(); ++d) box.push_back({s.box.lo[d], s.box.hi[d]});
+            json copies = json::array();
+            for (const auto& c : s.copies) {
+                json terms = json::array();
+                for (const auto& t : c) {
+                    const auto& n = p.tensorName(p.parallel, t.tensor);
+                    if (t.coeff.isOne()) terms.push_back(n);
+                    else terms.push_back({{"tensor", n}, {"coeff", t.coeff.toString()}});
+                }
+                copies.push_back(std::move(terms));
+            }
+            slices.push_back({{"box", std::move(box)}, {"copies", std::move(copies)}});
+        }
+        lin.push_back({{"logical", p.tensorName(p.logical, rec.logical)}, {"slices", std::move(slices)}});
+    }
+    doc["lineage"] = std::move(lin);
+    return doc;
+}
+
+std::string writePlanText(const Plan& p) { return writePlanJson(p).dump(1) + "\n"; }
+
+}  // namespace tv

@@ -1,0 +1,38 @@
+// Plan file format, version 1: reading (with validation that names the JSON path of every
+// problem) and canonical writing (read -> write -> read is the identity).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "model/plan.hpp"
+
+namespace tv {
+
+/// One problem found in a plan file: where (JSON pointer) and why.
+struct PlanProblem {
+    std::string path;     ///< JSON pointer, e.g. /parallel/ops/3/inputs/1
+    std::string message;  ///< names the op or tensor involved
+    std::string toString() const { return (path.empty() ? std::string() : path + ": ") + message; }
+};
+
+struct PlanLoadResult {
+    std::unique_ptr<Plan> plan;          ///< null when the file is invalid
+    std::vector<PlanProblem> problems;   ///< the first problems, in file order
+    bool ok() const { return plan != nullptr; }
+};
+
+/// At most this many problems are reported for one file.
+inline constexpr std::size_t kMaxProblems = 20;
+
+PlanLoadResult readPlanText(const std::string& text);
+PlanLoadResult readPlanJson(const nlohmann::json& doc);
+PlanLoadResult readPlanFile(const std::string& path);
+
+nlohmann::json writePlanJson(const Plan& plan);
+std::string writePlanText(const Plan& plan);
+
+}  // namespace tv

@@ -1,0 +1,202 @@
+// The plan model: a logical dataflow graph (the single-device training step), a parallel
+// dataflow graph (per-rank programs with collectives), the ranks and their coordinates, and the
+// lineage that says how each logical tensor is held by parallel tensors.
+//
+// Storage is built for scale: names are interned, shapes and attribute sets are deduplicated,
+// op operands live in one flat array, and every id is a 32-bit index.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "model/rational.hpp"
+
+namespace tv {
+
+using NameId = std::uint32_t;
+using TensorId = std::uint32_t;
+using OpId = std::uint32_t;
+using ShapeId = std::uint32_t;
+using AttrId = std::uint32_t;
+using OpKind = std::uint16_t;
+inline constexpr std::uint32_t kNone = std::numeric_limits<std::uint32_t>::max();
+
+using Shape = std::vector<std::int64_t>;
+
+std::int64_t numel(const Shape& s);
+std::string shapeToString(const Shape& s);
+
+/// Owns each distinct string once; ids are dense and stable.
+class Interner {
+public:
+    NameId intern(std::string_view s);
+    /// kNone if the string was never interned.
+    NameId find(std::string_view s) const;
+    const std::string& str(NameId id) const { return strings_[id]; }
+    std::size_t size() const { return strings_.size(); }
+
+private:
+    struct Hash {
+        using is_transparent = void;
+        std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+    };
+    std::vector<std::string> strings_;
+    std::unordered_map<std::string, NameId, Hash, std::equal_to<>> ids_;
+};
+
+enum class Role : std::uint8_t { Input, Weight, Activation, Gradient, OptimizerState, Loss };
+enum class DType : std::uint8_t { Float, Int };
+enum class Phase : std::uint8_t { Forward, Backward, Optimizer, Communication };
+
+std::string_view toString(Role r);
+std::string_view toString(DType d);
+std::string_view toString(Phase p);
+bool parseRole(std::string_view s, Role& out);
+bool parseDType(std::string_view s, DType& out);
+bool parsePhase(std::string_view s, Phase& out);
+
+/// Parallelism axes a rank has a coordinate on.
+enum class Axis : std::uint8_t { DP, TP, PP, SP, CP, EP };
+inline constexpr std::array<Axis, 6> kAxes = {Axis::DP, Axis::TP, Axis::PP, Axis::SP, Axis::CP, Axis::EP};
+std::string_view toString(Axis a);
+
+struct RankInfo {
+    std::array<std::int32_t, 6> coord{};  ///< indexed by Axis
+    std::int32_t at(Axis a) const { return coord[static_cast<std::size_t>(a)]; }
+};
+
+struct TensorInfo {
+    NameId name = kNone;
+    ShapeId shape = kNone;
+    Role role = Role::Activation;
+    DType dtype = DType::Float;
+    std::int32_t rank = -1;        ///< parallel tensors: the rank holding it
+    std::int32_t microbatch = -1;  ///< -1: not tied to a microbatch
+    OpId producer = kNone;
+};
+
+struct OpInfo {
+    NameId name = kNone;
+    OpKind kind = 0;
+    Phase phase = Phase::Forward;
+    std::int32_t rank = -1;        ///< local ops: the rank running it; collectives: -1
+    std::int32_t microbatch = -1;
+    std::uint32_t group = kNone;   ///< collectives: index into Plan::groups
+    std::uint32_t firstInput = 0, numInputs = 0;
+    std::uint32_t firstOutput = 0, numOutputs = 0;
+    AttrId attrs = kNone;
+};
+
+/// One dataflow graph. Ops are stored in file order; topoOrder() is computed at load.
+class Graph {
+public:
+    std::vector<TensorInfo> tensors;
+    std::vector<OpInfo> ops;
+    std::vector<TensorId> operands;                    ///< flat input/output lists
+    std::unordered_map<NameId, TensorId> tensorByName;
+    std::unordered_map<NameId, OpId> opByName;
+    std::vector<OpId> topo;                            ///< topological order of ops
+    std::vector<std::uint32_t> topoIndex;              ///< op -> position in topo
+    std::vector<std::uint32_t> consumerStart;          ///< CSR: tensor -> consumers
+    std::vector<OpId> consumerList;
+
+    std::span<const TensorId> inputs(OpId op) const {
+        const auto& o = ops[op];
+        return {operands.data() + o.firstInput, o.numInputs};
+    }
+    std::span<const TensorId> outputs(OpId op) const {
+        const auto& o = ops[op];
+        return {operands.data() + o.firstOutput, o.numOutputs};
+    }
+    std::span<const OpId> consumers(TensorId t) const {
+        return {consumerList.data() + consumerStart[t], consumerStart[t + 1] - consumerStart[t]};
+    }
+    TensorId findTensor(NameId n) const {
+        auto it = tensorByName.find(n);
+        return it == tensorByName.end() ? kNone : it->second;
+    }
+    OpId findOp(NameId n) const {
+        auto it = opByName.find(n);
+        return it == opByName.end() ? kNone : it->second;
+    }
+    /// Builds the consumer index. Returns false (and the ops on a cycle) if the graph is cyclic.
+    bool finalize(std::vector<OpId>* cycle = nullptr);
+};
+
+/// One term of a copy: coeff * parallel tensor.
+struct LineageTerm {
+    TensorId tensor = kNone;
+    Rational coeff{1};
+    friend bool operator==(const LineageTerm&, const LineageTerm&) = default;
+};
+
+/// A half-open box [lo, hi) per dimension in logical full-tensor coordinates.
+struct Box {
+    std::vector<std::int64_t> lo, hi;
+    friend bool operator==(const Box&, const Box&) = default;
+    Shape extent() const;
+    std::string toString() const;
+};
+
+struct LineageSlice {
+    Box box;
+    std::vector<std::vector<LineageTerm>> copies;  ///< equal copies, each a sum of terms
+};
+
+/// Ts[slice] == sum(coeff * Tp) for every copy of every slice. A logical tensor may have several
+/// records (versions), e.g. partial sums before an all-reduce and replicas after it.
+struct LineageRecord {
+    TensorId logical = kNone;
+    std::vector<LineageSlice> slices;
+};
+
+struct Mesh {
+    std::array<std::int32_t, 6> degree{1, 1, 1, 1, 1, 1};
+    std::int32_t at(Axis a) const { return degree[static_cast<std::size_t>(a)]; }
+};
+
+class Plan {
+public:
+    std::string name;
+    std::string description;
+    nlohmann::json expect;  ///< optional expectation block, kept verbatim
+
+    Interner names;
+    std::vector<Shape> shapes;
+    std::vector<nlohmann::json> attrs;
+    std::vector<std::vector<std::int32_t>> groups;
+
+    Graph logical;
+    Graph parallel;
+    Mesh mesh;
+    std::int32_t microbatches = 1;
+    std::vector<RankInfo> ranks;
+    std::vector<LineageRecord> lineage;
+
+    ShapeId internShape(const Shape& s);
+    AttrId internAttrs(const nlohmann::json& a);
+    std::uint32_t internGroup(const std::vector<std::int32_t>& g);
+
+    const Shape& shape(const Graph& g, TensorId t) const { return shapes[g.tensors[t].shape]; }
+    const nlohmann::json& opAttrs(const Graph& g, OpId op) const;
+    const std::string& tensorName(const Graph& g, TensorId t) const { return names.str(g.tensors[t].name); }
+    const std::string& opName(const Graph& g, OpId op) const { return names.str(g.ops[op].name); }
+    /// "dp=0 tp=1 pp=0" for the axes with degree > 1 (all three classic axes always shown).
+    std::string coordinates(std::int32_t rank) const;
+    nlohmann::json coordinatesJson(std::int32_t rank) const;
+
+private:
+    std::unordered_map<std::string, ShapeId> shapeIds_;
+    std::unordered_map<std::string, AttrId> attrIds_;
+    std::unordered_map<std::string, std::uint32_t> groupIds_;
+};
+
+}  // namespace tv

@@ -1,0 +1,107 @@
+// The two scalar algebras every operator is written against once:
+//  - SymAlgebra: Z3 Real terms; polynomial arithmetic exact, sums flat and n-ary, and the
+//    non-polynomial functions (exp, log, sqrt, rsqrt, sigmoid, tanh, erf, pow with a
+//    non-integer exponent) as uninterpreted functions, so equal arguments give equal results.
+//  - NumAlgebra: doubles with the real functions, for replay, stepping and tests.
+#pragma once
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <z3++.h>
+
+#include "model/rational.hpp"
+
+namespace tv {
+
+struct NumAlgebra {
+    using S = double;
+    using B = bool;
+
+    S num(const Rational& r) const { return r.toDouble(); }
+    S zero() const { return 0.0; }
+    S one() const { return 1.0; }
+    S add(S a, S b) const { return a + b; }
+    S sub(S a, S b) const { return a - b; }
+    S mul(S a, S b) const { return a * b; }
+    S div(S a, S b) const { return a / b; }
+    S neg(S a) const { return -a; }
+    S sum(const std::vector<S>& xs) const {
+        S s = 0.0;
+        for (auto x : xs) s += x;
+        return s;
+    }
+    S exp(S a) const { return std::exp(a); }
+    S log(S a) const { return std::log(a); }
+    S sqrt(S a) const { return std::sqrt(a); }
+    S rsqrt(S a) const { return 1.0 / std::sqrt(a); }
+    S sigmoid(S a) const { return 1.0 / (1.0 + std::exp(-a)); }
+    S tanh(S a) const { return std::tanh(a); }
+    S erf(S a) const { return std::erf(a); }
+    S pi() const { return M_PI; }
+    S powUf(S a, const Rational& e) const { return std::pow(a, e.toDouble()); }
+    B ge(S a, S b) const { return a >= b; }
+    B gt(S a, S b) const { return a > b; }
+    B eq(S a, S b) const { return a == b; }
+    B land(B a, B b) const { return a && b; }
+    B lnot(B a) const { return !a; }
+    B btrue() const { return true; }
+    S ite(B c, S a, S b) const { return c ? a : b; }
+};
+
+struct SymAlgebra {
+    using S = z3::expr;
+    using B = z3::expr;
+
+    explicit SymAlgebra(z3::context& ctx);
+
+    z3::context& c;
+    z3::func_decl fExp, fLog, fSqrt, fRsqrt, fSigmoid, fTanh, fErf, fPow;
+    z3::expr piConst;
+
+    S num(const Rational& r) const;
+    S zero() const { return c.real_val(0); }
+    S one() const { return c.real_val(1); }
+    S add(const S& a, const S& b) const;
+    S sub(const S& a, const S& b) const;
+    S mul(const S& a, const S& b) const;
+    S div(const S& a, const S& b) const;
+    S neg(const S& a) const;
+    S sum(const std::vector<S>& xs) const;
+    S exp(const S& a) const { return fExp(a); }
+    S log(const S& a) const { return fLog(a); }
+    S sqrt(const S& a) const { return fSqrt(a); }
+    S rsqrt(const S& a) const { return fRsqrt(a); }
+    S sigmoid(const S& a) const { return fSigmoid(a); }
+    S tanh(const S& a) const { return fTanh(a); }
+    S erf(const S& a) const { return fErf(a); }
+    S pi() const { return piConst; }
+    S powUf(const S& a, const Rational& e) const { return fPow(a, num(e)); }
+    B ge(const S& a, const S& b) const { return a >= b; }
+    B gt(const S& a, const S& b) const { return a > b; }
+    B eq(const S& a, const S& b) const { return a == b; }
+    B land(const B& a, const B& b) const { return a && b; }
+    B lnot(const B& a) const { return !a; }
+    B btrue() const { return c.bool_val(true); }
+    S ite(const B& cnd, const S& a, const S& b) const { return z3::ite(cnd, a, b); }
+};
+
+/// x^e for a rational exponent: exact products for integers, an uninterpreted pow otherwise.
+template <class A>
+typename A::S power(const A& alg, const typename A::S& x, const Rational& e) {
+    if (!e.isInteger() || e.num() > 64 || e.num() < -64) return alg.powUf(x, e);
+    std::int64_t n = e.num();
+    if (n == 0) return alg.one();
+    auto r = x;
+    for (std::int64_t i = 1; i < (n < 0 ? -n : n); ++i) r = alg.mul(r, x);
+    return n < 0 ? alg.div(alg.one(), r) : r;
+}
+
+/// Evaluates a term built by SymAlgebra with real numbers: variables from `vars` (by name),
+/// uninterpreted functions by their real meaning. Used to test that the symbolic and the
+/// concrete semantics of every operator agree.
+double evaluateTerm(const z3::expr& e, const std::function<double(const std::string&)>& vars);
+
+}  // namespace tv

@@ -1,0 +1,178 @@
+// The operator registry: for every operator, in one place, its arity and attributes, its shape
+// rule (checked on concrete shapes, and posed as integer constraints for shape reduction), its
+// semantics (written once over an algebra: symbolic on Z3, concrete on doubles) and its
+// backward (VJP) rule, which emits ops of their own.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <z3++.h>
+
+#include "model/plan.hpp"
+#include "ops/algebra.hpp"
+
+namespace tv {
+
+/// A tensor value at (possibly reduced) shape. Float tensors use `v`; integer (index) tensors
+/// carry concrete values in `iv`.
+template <class S>
+struct Value {
+    Shape shape;
+    std::vector<S> v;
+    std::vector<std::int64_t> iv;
+    bool isInt = false;
+};
+
+// ----- shape rules ---------------------------------------------------------------------------
+
+/// Shape rules run on concrete shapes (validation) and on integer unknowns (shape reduction).
+class ConcreteShapes {
+public:
+    using D = std::int64_t;
+    D orig(D d) const { return d; }
+    D cst(std::int64_t v) const { return v; }
+    D mul(D a, D b) const { return a * b; }
+    D add(D a, D b) const { return a + b; }
+    void eq(D a, D b, const std::string& what);
+    void min2(D) {}
+    void fixed(D) {}
+    void ratio(D part, D whole, std::int64_t num, std::int64_t den, const std::string& what);
+    void divides(D, std::int64_t, std::int64_t) {}
+    bool require(bool ok, const std::string& what);
+    bool ok() const { return error.empty(); }
+    std::string error;
+};
+
+class SymbolicShapes {
+public:
+    struct D {
+        z3::expr e;
+        std::int64_t o;
+    };
+    explicit SymbolicShapes(z3::context& c) : c_(c), constraints(c) {}
+    std::int64_t orig(const D& d) const { return d.o; }
+    D cst(std::int64_t v) const { return {c_.int_val(static_cast<int64_t>(v)), v}; }
+    D mul(const D& a, const D& b) const { return {a.e * b.e, a.o * b.o}; }
+    D add(const D& a, const D& b) const { return {a.e + b.e, a.o + b.o}; }
+    void eq(const D& a, const D& b, const std::string&) { constraints.push_back(a.e == b.e); }
+    /// Contracted, reduced or reshaped dimensions keep size >= 2 (or their size if smaller).
+    void min2(const D& a) { constraints.push_back(a.e >= c_.int_val(static_cast<int64_t>(std::min<std::int64_t>(2, a.o)))); }
+    /// Semantic sizes are never reduced.
+    void fixed(const D& a) { constraints.push_back(a.e == c_.int_val(static_cast<int64_t>(a.o))); }
+    /// part * den == whole * num: a position or extent that keeps its ratio to the whole.
+    void ratio(const D& part, const D& whole, std::int64_t num, std::int64_t den, const std::string&);
+    /// whole * num is divisible by den (a boundary stays on an integer position).
+    void divides(const D& whole, std::int64_t num, std::int64_t den);
+    bool require(bool ok, const std::string&) { return ok; }
+    bool ok() const { return true; }
+    z3::context& ctx() { return c_; }
+
+private:
+    z3::context& c_;
+
+public:
+    z3::expr_vector constraints;
+};
+
+// ----- evaluation ---------------------------------------------------------------------------
+
+/// What an operator sees besides its input values: its attributes and the original (unreduced)
+/// shapes, so position attributes (slice bounds, split sizes) scale with the reduction.
+struct EvalContext {
+    const nlohmann::json& attrs;
+    std::span<const Shape> origInputs;
+    std::span<const Shape> origOutputs;
+    /// Scales a position along an input dimension from the original to the reduced size.
+    std::int64_t scale(std::int64_t pos, std::int64_t origDim, std::int64_t newDim) const {
+        return origDim == 0 ? 0 : pos * newDim / origDim;
+    }
+};
+
+template <class A>
+using EvalFn = void (*)(const A&, std::span<const Value<typename A::S>* const>, std::span<Value<typename A::S>>,
+                        const EvalContext&);
+
+// ----- backward -----------------------------------------------------------------------------
+
+/// Where backward rules emit their ops. Handles name values (tensors) inside the builder.
+class GradBuilder {
+public:
+    using Handle = std::int32_t;
+    virtual ~GradBuilder() = default;
+    /// Emits one op and returns the handles of its outputs, with the given output shapes.
+    virtual std::vector<Handle> emit(std::string_view op, std::vector<Handle> inputs, nlohmann::json attrs,
+                                     std::vector<Shape> outShapes) = 0;
+    virtual const Shape& shapeOf(Handle h) const = 0;
+    Handle emit1(std::string_view op, std::vector<Handle> inputs, nlohmann::json attrs, Shape outShape) {
+        return emit(op, std::move(inputs), std::move(attrs), {std::move(outShape)})[0];
+    }
+};
+
+struct VjpArgs {
+    std::span<const GradBuilder::Handle> inputs;
+    std::span<const GradBuilder::Handle> outputs;
+    std::span<const GradBuilder::Handle> outGrads;  ///< -1 where an output has no gradient
+    const nlohmann::json& attrs;
+};
+
+/// Returns one gradient handle per input (-1: not differentiable, e.g. index inputs).
+using VjpFn = std::vector<GradBuilder::Handle> (*)(GradBuilder&, const VjpArgs&);
+
+// ----- the registry -------------------------------------------------------------------------
+
+enum class OpClass : std::uint8_t { Elementwise, Compute, Reduction, Normalization, Movement, Loss, Optimizer, Collective };
+
+struct OpSpec {
+    std::string_view name;
+    OpClass cls = OpClass::Compute;
+    int minInputs = 1, maxInputs = 1;  ///< maxInputs -1: variadic
+    int numOutputs = 1;                ///< -1: variadic (split)
+    std::vector<int> intInputs;        ///< input positions that hold integer indices
+    std::vector<std::string_view> requiredAttrs;
+    std::vector<std::string_view> optionalAttrs;
+    bool collective = false;           ///< runs on a group of ranks; inputs/outputs in group order
+    std::string_view summary;
+
+    void (*shapeConcrete)(ConcreteShapes&, const std::vector<std::vector<std::int64_t>>&,
+                          const std::vector<std::vector<std::int64_t>>&, const nlohmann::json&) = nullptr;
+    void (*shapeSymbolic)(SymbolicShapes&, const std::vector<std::vector<SymbolicShapes::D>>&,
+                          const std::vector<std::vector<SymbolicShapes::D>>&, const nlohmann::json&) = nullptr;
+    EvalFn<NumAlgebra> evalNum = nullptr;
+    EvalFn<SymAlgebra> evalSym = nullptr;
+    VjpFn vjp = nullptr;
+    /// Extra attribute checks beyond presence; returns an error message or empty.
+    std::string (*checkAttrs)(const nlohmann::json&, std::size_t numInputs, std::size_t numOutputs) = nullptr;
+    /// For collectives: the number of inputs/outputs as a function of the group size.
+    int (*collectiveInputs)(int groupSize) = nullptr;
+    int (*collectiveOutputs)(int groupSize) = nullptr;
+};
+
+class OpRegistry {
+public:
+    static const OpRegistry& instance();
+    /// kNone-like: returns std::nullopt for an unknown op name.
+    std::optional<OpKind> find(std::string_view name) const;
+    const OpSpec& spec(OpKind k) const { return specs_[k]; }
+    std::size_t size() const { return specs_.size(); }
+    const std::vector<OpSpec>& all() const { return specs_; }
+
+private:
+    OpRegistry();
+    std::vector<OpSpec> specs_;
+};
+
+/// Validates an op's attributes, operand counts and shapes on concrete shapes; returns an error
+/// message naming the operand, or empty when the op is well-formed.
+std::string checkOp(const OpSpec& spec, const nlohmann::json& attrs, const std::vector<Shape>& inputs,
+                    const std::vector<Shape>& outputs, const std::vector<DType>& inputTypes);
+
+// Multi-index helpers shared by operator semantics and by lineage slicing.
+std::vector<std::int64_t> stridesOf(const Shape& s);
+
+}  // namespace tv

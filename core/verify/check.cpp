@@ -1,0 +1,572 @@
+#include "verify/check.hpp"
+
+#include <chrono>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "ops/registry.hpp"
+
+namespace tv {
+
+std::string_view toString(StageStatus s) {
+    switch (s) {
+        case StageStatus::Queued: return "queued";
+        case StageStatus::Running: return "running";
+        case StageStatus::Equivalent: return "equivalent";
+        case StageStatus::Failed: return "failed";
+        case StageStatus::Inconclusive: return "inconclusive";
+        case StageStatus::Skipped: return "skipped";
+    }
+    return "?";
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+using SymValue = Value<z3::expr>;
+
+std::string indexString(const std::vector<std::int64_t>& idx) {
+    std::string s = "[";
+    for (std::size_t i = 0; i < idx.size(); ++i) s += (i ? "," : "") + std::to_string(idx[i]);
+    return s + "]";
+}
+
+std::vector<std::int64_t> unravel(std::int64_t flat, const Shape& shape) {
+    std::vector<std::int64_t> idx(shape.size());
+    for (std::size_t d = shape.size(); d-- > 0;) {
+        idx[d] = flat % shape[d];
+        flat /= shape[d];
+    }
+    return idx;
+}
+
+/// Flat offsets of the elements of `box` (reduced coordinates) inside a tensor of `shape`.
+std::vector<std::int64_t> boxOffsets(const Shape& shape, const Box& box) {
+    auto st = stridesOf(shape);
+    Shape ext = box.extent();
+    std::vector<std::int64_t> out;
+    out.reserve(static_cast<std::size_t>(numel(ext)));
+    std::int64_t n = numel(ext);
+    std::vector<std::int64_t> idx(ext.size(), 0);
+    for (std::int64_t k = 0; k < n; ++k) {
+        std::int64_t off = 0;
+        for (std::size_t d = 0; d < idx.size(); ++d) off += (idx[d] + box.lo[d]) * st[d];
+        out.push_back(off);
+        for (std::size_t d = ext.size(); d-- > 0;) {
+            if (++idx[d] < ext[d]) break;
+            idx[d] = 0;
+        }
+    }
+    return out;
+}
+
+class StageChecker {
+public:
+    StageChecker(const Plan& plan, const Stage& stage, const CheckOptions& opts, z3::context& ctx)
+        : plan_(plan), L_(plan.logical), P_(plan.parallel), stage_(stage), opts_(opts), ctx_(ctx), alg_(ctx) {}
+
+    StageResult run() {
+        result_.stage = stage_.id;
+        collectTensors();
+        auto t0 = Clock::now();
+        if (!reduceShapes()) {
+            result_.reduceSeconds = since(t0);
+            return result_;
+        }
+        result_.reduceSeconds = since(t0);
+        auto t1 = Clock::now();
+        if (!evaluate()) {
+            result_.encodeSeconds = since(t1);
+            return result_;
+        }
+        result_.encodeSeconds = since(t1);
+        auto t2 = Clock::now();
+        solve();
+        result_.solveSeconds = since(t2);
+        return result_;
+    }
+
+private:
+    const Plan& plan_;
+    const Graph& L_;
+    const Graph& P_;
+    const Stage& stage_;
+    const CheckOptions& opts_;
+    z3::context& ctx_;
+    SymAlgebra alg_;
+    StageResult result_;
+
+    std::vector<TensorId> lTensors_, pTensors_;
+    std::unordered_map<TensorId, Shape> lShape_, pShape_;
+    std::unordered_map<TensorId, SymValue> lVal_, pVal_;
+    std::vector<std::uint32_t> records_;  // inputs then output
+
+    void collectTensors() {
+        std::unordered_set<TensorId> ls, ps;
+        auto addL = [&](TensorId t) { if (ls.insert(t).second) lTensors_.push_back(t); };
+        auto addP = [&](TensorId t) { if (ps.insert(t).second) pTensors_.push_back(t); };
+        records_ = stage_.inputs;
+        records_.push_back(stage_.output);
+        for (auto r : records_) {
+            const auto& rec = plan_.lineage[r];
+            addL(rec.logical);
+            for (const auto& s : rec.slices)
+                for (const auto& c : s.copies)
+                    for (const auto& t : c) addP(t.tensor);
+        }
+        for (auto op : stage_.logicalOps) {
+            for (auto t : L_.inputs(op)) addL(t);
+            for (auto t : L_.outputs(op)) addL(t);
+        }
+        for (auto op : stage_.parallelOps) {
+            for (auto t : P_.inputs(op)) addP(t);
+            for (auto t : P_.outputs(op)) addP(t);
+        }
+    }
+
+    // ----- shape reduction ------------------------------------------------------------------
+
+    bool reduceShapes() {
+        for (auto t : lTensors_) lShape_[t] = plan_.shape(L_, t);
+        for (auto t : pTensors_) pShape_[t] = plan_.shape(P_, t);
+        for (auto& [t, s] : lShape_) result_.fullElements += static_cast<std::uint64_t>(numel(s));
+        for (auto& [t, s] : pShape_) result_.fullElements += static_cast<std::uint64_t>(numel(s));
+        if (!opts_.reduceShapes) {
+            result_.reducedElements = result_.fullElements;
+            return true;
+        }
+        SymbolicShapes sc(ctx_);
+        z3::expr_vector all(ctx_);
+        std::unordered_map<TensorId, std::vector<SymbolicShapes::D>> lDims, pDims;
+        auto makeDims = [&](char side, TensorId t, const Shape& s) {
+            std::vector<SymbolicShapes::D> dims;
+            for (std::size_t d = 0; d < s.size(); ++d) {
+                auto v = ctx_.int_const((std::string(1, side) + std::to_string(t) + "_" + std::to_string(d)).c_str());
+                sc.constraints.push_back(v >= 1 && v <= ctx_.int_val(static_cast<int64_t>(s[d])));
+                all.push_back(v);
+                dims.push_back({v, s[d]});
+            }
+            return dims;
+        };
+        for (auto t : lTensors_) lDims.emplace(t, makeDims('L', t, lShape_[t]));
+        for (auto t : pTensors_) pDims.emplace(t, makeDims('P', t, pShape_[t]));
+        const auto& reg = OpRegistry::instance();
+        auto opRule = [&](const Graph& g, OpId op, auto& dims) {
+            std::vector<std::vector<SymbolicShapes::D>> ins, outs;
+            for (auto t : g.inputs(op)) ins.push_back(dims.at(t));
+            for (auto t : g.outputs(op)) outs.push_back(dims.at(t));
+            reg.spec(g.ops[op].kind).shapeSymbolic(sc, ins, outs, plan_.opAttrs(g, op));
+        };
+        for (auto op : stage_.logicalOps) opRule(L_, op, lDims);
+        for (auto op : stage_.parallelOps) opRule(P_, op, pDims);
+        // Every partition boundary survives: each shard keeps its ratio to the logical tensor.
+        for (auto r : records_) {
+            const auto& rec = plan_.lineage[r];
+            const auto& full = lShape_[rec.logical];
+            const auto& ld = lDims.at(rec.logical);
+            for (const auto& s : rec.slices)
+                for (const auto& c : s.copies)
+                    for (const auto& t : c) {
+                        const auto& pd = pDims.at(t.tensor);
+                        for (std::size_t d = 0; d < full.size(); ++d) {
+                            sc.ratio(pd[d], ld[d], s.box.hi[d] - s.box.lo[d], full[d], "lineage");
+                            sc.divides(ld[d], s.box.lo[d], full[d]);
+                        }
+                    }
+        }
+        if (all.empty()) return true;
+        z3::optimize opt(ctx_);
+        z3::params p(ctx_);
+        if (opts_.timeoutMs) p.set("timeout", opts_.timeoutMs);
+        opt.set(p);
+        for (unsigned i = 0; i < sc.constraints.size(); ++i) opt.add(sc.constraints[i]);
+        opt.minimize(z3::sum(all));
+        auto res = opt.check();
+        if (res == z3::unsat) {
+            Failure f;
+            f.kind = FailureKind::ShapeReductionInfeasible;
+            f.stage = stage_.id;
+            f.tensor = plan_.tensorName(L_, plan_.lineage[stage_.output].logical);
+            f.message = "no reduced shapes keep every partition boundary and operator constraint of this stage";
+            result_.status = StageStatus::Inconclusive;
+            result_.failure = f;
+            return false;
+        }
+        if (res == z3::unknown) {
+            result_.note = "shape reduction gave up (" + std::string(Z3_optimize_get_reason_unknown(ctx_, opt)) + "); checking at full shapes";
+            result_.reducedElements = result_.fullElements;
+            return true;
+        }
+        auto m = opt.get_model();
+        auto readBack = [&](auto& dims, auto& shapes) {
+            for (auto& [t, ds] : dims) {
+                Shape s;
+                for (auto& d : ds) s.push_back(m.eval(d.e, true).get_numeral_int64());
+                shapes[t] = s;
+            }
+        };
+        readBack(lDims, lShape_);
+        readBack(pDims, pShape_);
+        for (auto& [t, s] : lShape_) result_.reducedElements += static_cast<std::uint64_t>(numel(s));
+        for (auto& [t, s] : pShape_) result_.reducedElements += static_cast<std::uint64_t>(numel(s));
+        return true;
+    }
+
+    /// A lineage box scaled from the logical tensor's full shape to its reduced shape.
+    Box reducedBox(const Box& b, TensorId logical) const {
+        const auto& full = plan_.shape(L_, logical);
+        const auto& red = lShape_.at(logical);
+        Box r;
+        for (std::size_t d = 0; d < full.size(); ++d) {
+            r.lo.push_back(b.lo[d] * red[d] / full[d]);
+            r.hi.push_back(b.hi[d] * red[d] / full[d]);
+        }
+        return r;
+    }
+
+    // ----- symbolic evaluation --------------------------------------------------------------
+
+    SymValue freshTensor(const std::string& prefix, const Shape& shape, DType dtype) {
+        SymValue v;
+        v.shape = shape;
+        auto n = numel(shape);
+        if (dtype == DType::Int) {
+            // Index tensors take concrete, distinct-where-possible values; ops reduce them into range.
+            v.isInt = true;
+            for (std::int64_t k = 0; k < n; ++k) v.iv.push_back(k);
+            return v;
+        }
+        v.v.reserve(static_cast<std::size_t>(n));
+        for (std::int64_t k = 0; k < n; ++k)
+            v.v.push_back(ctx_.real_const((prefix + indexString(unravel(k, shape))).c_str()));
+        return v;
+    }
+
+    bool evaluate() {
+        // Inputs: logical tensors of the assumed records are free; parallel tensors are defined
+        // from them through the lineage, so every assumption holds by construction.
+        for (auto r : stage_.inputs) {
+            auto lt = plan_.lineage[r].logical;
+            if (!lVal_.count(lt)) lVal_.emplace(lt, freshTensor(plan_.tensorName(L_, lt), lShape_[lt], L_.tensors[lt].dtype));
+        }
+        for (auto r : stage_.inputs) {
+            const auto& rec = plan_.lineage[r];
+            const auto& ts = lVal_.at(rec.logical);
+            for (const auto& s : rec.slices) {
+                auto offs = boxOffsets(ts.shape, reducedBox(s.box, rec.logical));
+                for (const auto& c : s.copies) {
+                    std::vector<SymValue> parts;
+                    for (std::size_t k = 0; k < c.size(); ++k) {
+                        auto pt = c[k].tensor;
+                        if (pVal_.count(pt)) continue;
+                        SymValue v;
+                        if (k + 1 < c.size()) {
+                            v = freshTensor(plan_.tensorName(P_, pt), pShape_[pt], P_.tensors[pt].dtype);
+                        } else {
+                            v.shape = pShape_[pt];
+                            v.isInt = ts.isInt;
+                            for (std::size_t e = 0; e < offs.size(); ++e) {
+                                if (ts.isInt) {
+                                    v.iv.push_back(ts.iv[offs[e]]);
+                                    continue;
+                                }
+                                std::vector<z3::expr> others;
+                                for (std::size_t j = 0; j + 1 < c.size(); ++j)
+                                    others.push_back(alg_.mul(alg_.num(c[j].coeff), pVal_.at(c[j].tensor).v[e]));
+                                auto rest = others.empty() ? ts.v[offs[e]] : alg_.sub(ts.v[offs[e]], alg_.sum(others));
+                                v.v.push_back(alg_.div(rest, alg_.num(c[k].coeff)));
+                            }
+                        }
+                        pVal_.emplace(pt, std::move(v));
+                    }
+                }
+            }
+        }
+        return runOps(L_, stage_.logicalOps, lShape_, lVal_) && runOps(P_, stage_.parallelOps, pShape_, pVal_);
+    }
+
+    bool runOps(const Graph& g, const std::vector<OpId>& ops, std::unordered_map<TensorId, Shape>& shapes,
+                std::unordered_map<TensorId, SymValue>& vals) {
+        const auto& reg = OpRegistry::instance();
+        for (auto op : ops) {
+            const auto& spec = reg.spec(g.ops[op].kind);
+            std::vector<const SymValue*> ins;
+            std::vector<Shape> origIn, origOut;
+            for (auto t : g.inputs(op)) {
+                auto it = vals.find(t);
+                if (it == vals.end()) {
+                    fail(FailureKind::DataflowBroken, "op \"" + plan_.opName(g, op) + "\" reads \"" + plan_.tensorName(g, t) +
+                                                          "\", which this stage neither assumes nor computes");
+                    return false;
+                }
+                ins.push_back(&it->second);
+                origIn.push_back(plan_.shape(g, t));
+            }
+            std::vector<SymValue> outs;
+            for (auto t : g.outputs(op)) {
+                SymValue v;
+                v.shape = shapes.at(t);
+                outs.push_back(std::move(v));
+                origOut.push_back(plan_.shape(g, t));
+            }
+            if (!spec.evalSym) {
+                fail(FailureKind::UnsupportedOperator, "operator " + std::string(spec.name) + " has no symbolic semantics");
+                return false;
+            }
+            EvalContext ec{plan_.opAttrs(g, op), origIn, origOut};
+            spec.evalSym(alg_, ins, outs, ec);
+            auto outIds = g.outputs(op);
+            for (std::size_t k = 0; k < outs.size(); ++k) {
+                outs[k].isInt = g.tensors[outIds[k]].dtype == DType::Int;
+                vals.insert_or_assign(outIds[k], std::move(outs[k]));
+            }
+        }
+        return true;
+    }
+
+    void fail(FailureKind kind, const std::string& msg) {
+        Failure f;
+        f.kind = kind;
+        f.stage = stage_.id;
+        f.tensor = plan_.tensorName(L_, plan_.lineage[stage_.output].logical);
+        f.message = msg;
+        result_.status = isInconclusive(kind) ? StageStatus::Inconclusive : StageStatus::Failed;
+        result_.failure = f;
+    }
+
+    // ----- the tiered query -----------------------------------------------------------------
+
+    struct Eq {
+        z3::expr lhs, rhs;
+    };
+
+    void solve() {
+        const auto& rec = plan_.lineage[stage_.output];
+        const auto& ts = lVal_.at(rec.logical);
+        z3::params simp(ctx_);
+        simp.set("som", true);
+        simp.set("arith_lhs", true);
+        for (const auto& s : rec.slices) {
+            auto offs = boxOffsets(ts.shape, reducedBox(s.box, rec.logical));
+            std::vector<Eq> open;
+            for (const auto& c : s.copies) {
+                for (std::size_t e = 0; e < offs.size(); ++e) {
+                    if (ts.isInt) {
+                        const auto& pv = pVal_.at(c[0].tensor);
+                        if (pv.iv[e] != ts.iv[offs[e]]) open.push_back({ctx_.int_val(static_cast<int64_t>(ts.iv[offs[e]])), ctx_.int_val(static_cast<int64_t>(pv.iv[e]))});
+                        continue;
+                    }
+                    std::vector<z3::expr> terms;
+                    for (const auto& t : c) terms.push_back(alg_.mul(alg_.num(t.coeff), pVal_.at(t.tensor).v[e]));
+                    auto rhs = alg_.sum(terms);
+                    // Tier 1: simplification to a sum-of-monomials normal form decides most stages.
+                    auto diff = (ts.v[offs[e]] - rhs).simplify(simp);
+                    if (diff.is_numeral()) {
+                        std::int64_t z = 1;
+                        if (diff.is_numeral_i64(z) && z == 0) continue;
+                    }
+                    open.push_back({ts.v[offs[e]], rhs});
+                }
+            }
+            if (open.empty()) {
+                ++result_.tiers.simplify;
+                continue;
+            }
+            z3::expr_vector eqs(ctx_);
+            for (const auto& q : open) eqs.push_back(q.lhs == q.rhs);
+            auto goalExpr = !z3::mk_and(eqs);
+            // Tier 2: solve-eqs and simplification on the negated goal.
+            try {
+                z3::goal g(ctx_);
+                g.add(goalExpr);
+                z3::tactic t = z3::tactic(ctx_, "simplify") & z3::tactic(ctx_, "solve-eqs") & z3::tactic(ctx_, "simplify");
+                auto ar = t(g);
+                bool allUnsat = ar.size() > 0;
+                for (unsigned i = 0; i < ar.size(); ++i) allUnsat = allUnsat && ar[i].is_decided_unsat();
+                if (allUnsat) {
+                    ++result_.tiers.solveEqs;
+                    continue;
+                }
+            } catch (const z3::exception&) {
+                // fall through to the solver
+            }
+            // Tier 3: a solver per output-slice group.
+            z3::solver solver(ctx_);
+            z3::params sp(ctx_);
+            if (opts_.timeoutMs) sp.set("timeout", opts_.timeoutMs);
+            solver.set(sp);
+            solver.add(goalExpr);
+            auto res = solver.check();
+            if (res == z3::unsat) {
+                ++result_.tiers.solver;
+                continue;
+            }
+            if (res == z3::unknown) {
+                fail(FailureKind::Inconclusive, "the solver could not decide the lineage of slice " + s.box.toString() + " (" +
+                                                    solver.reason_unknown() + ")");
+                result_.failure->slice = s.box.toString();
+                return;
+            }
+            locate(solver.get_model());
+            return;
+        }
+        result_.status = StageStatus::Equivalent;
+    }
+
+    // ----- counterexample replay ------------------------------------------------------------
+
+    std::string value(const z3::model& m, const z3::expr& e) const {
+        auto v = m.eval(e, true);
+        if (v.is_numeral()) return Z3_get_numeral_string(ctx_, v);
+        return v.to_string();
+    }
+
+    TensorValues valuesOf(const z3::model& m, const Graph& g, TensorId t, const SymValue& v, const std::vector<std::int64_t>* offs = nullptr) const {
+        TensorValues tv;
+        tv.name = plan_.tensorName(g, t);
+        tv.fullShape = plan_.shape(g, t);
+        tv.shape = v.shape;
+        tv.rank = g.tensors[t].rank;
+        tv.microbatch = g.tensors[t].microbatch;
+        auto n = offs ? offs->size() : (v.isInt ? v.iv.size() : v.v.size());
+        for (std::size_t i = 0; i < n && i < 256; ++i) {
+            auto k = offs ? static_cast<std::size_t>((*offs)[i]) : i;
+            tv.values.push_back(v.isInt ? std::to_string(v.iv[k]) : value(m, v.v[k]));
+        }
+        return tv;
+    }
+
+    void locate(const z3::model& m) {
+        const auto& rec = plan_.lineage[stage_.output];
+        const auto& ts = lVal_.at(rec.logical);
+        struct Candidate {
+            std::uint32_t order = kNone;
+            OpId op = kNone;
+            TensorId tensor = kNone;
+            const LineageSlice* slice = nullptr;
+            const std::vector<LineageTerm>* copy = nullptr;
+            std::size_t element = 0;
+            std::vector<std::int64_t> offs;
+        };
+        Candidate best;
+        for (const auto& s : rec.slices) {
+            auto offs = boxOffsets(ts.shape, reducedBox(s.box, rec.logical));
+            for (const auto& c : s.copies) {
+                std::size_t bad = offs.size();
+                for (std::size_t e = 0; e < offs.size() && bad == offs.size(); ++e) {
+                    if (ts.isInt) {
+                        if (pVal_.at(c[0].tensor).iv[e] != ts.iv[offs[e]]) bad = e;
+                        continue;
+                    }
+                    std::vector<z3::expr> terms;
+                    for (const auto& t : c) terms.push_back(alg_.mul(alg_.num(t.coeff), pVal_.at(t.tensor).v[e]));
+                    if (m.eval(ts.v[offs[e]] == alg_.sum(terms), true).is_false()) bad = e;
+                }
+                if (bad == offs.size()) continue;
+                // The op that completes this copy: the last producer of its terms in graph order.
+                Candidate cand;
+                for (const auto& t : c) {
+                    auto op = P_.tensors[t.tensor].producer;
+                    auto order = op == kNone ? 0u : P_.topoIndex[op];
+                    if (cand.op == kNone || (op != kNone && order >= cand.order)) {
+                        cand.op = op;
+                        cand.order = order;
+                        cand.tensor = t.tensor;
+                    }
+                }
+                cand.slice = &s;
+                cand.copy = &c;
+                cand.element = bad;
+                cand.offs = offs;
+                if (best.copy == nullptr || cand.order < best.order) best = std::move(cand);
+            }
+        }
+        Failure f;
+        f.kind = FailureKind::Counterexample;
+        f.stage = stage_.id;
+        f.tensor = plan_.tensorName(L_, rec.logical);
+        if (auto lop = L_.tensors[rec.logical].producer; lop != kNone && !stage_.glue()) f.logicalOp = plan_.opName(L_, lop);
+        if (best.copy == nullptr) {
+            f.message = "the solver found a counterexample, but replay did not reproduce it";
+            result_.status = StageStatus::Failed;
+            result_.failure = f;
+            return;
+        }
+        f.parallelTensor = plan_.tensorName(P_, best.tensor);
+        f.rank = P_.tensors[best.tensor].rank;
+        f.coordinates = plan_.coordinatesJson(f.rank);
+        f.microbatch = P_.tensors[best.tensor].microbatch;
+        if (best.op != kNone) {
+            f.parallelOp = plan_.opName(P_, best.op);
+            if (P_.ops[best.op].microbatch >= 0) f.microbatch = P_.ops[best.op].microbatch;
+        }
+        f.slice = best.slice->box.toString();
+        auto logicalIdx = unravel(best.offs[best.element], ts.shape);
+        f.element = indexString(logicalIdx);
+        f.expected = ts.isInt ? std::to_string(ts.iv[best.offs[best.element]]) : value(m, ts.v[best.offs[best.element]]);
+        if (ts.isInt) {
+            f.actual = std::to_string(pVal_.at(best.copy->front().tensor).iv[best.element]);
+        } else {
+            std::vector<z3::expr> terms;
+            for (const auto& t : *best.copy) terms.push_back(alg_.mul(alg_.num(t.coeff), pVal_.at(t.tensor).v[best.element]));
+            f.actual = value(m, alg_.sum(terms));
+        }
+        std::string copyText;
+        for (const auto& t : *best.copy) {
+            if (!copyText.empty()) copyText += " + ";
+            if (!t.coeff.isOne()) copyText += t.coeff.toString() + "*";
+            copyText += plan_.tensorName(P_, t.tensor);
+        }
+        f.message = (f.parallelOp.empty() ? std::string("the parallel plan") : "parallel op \"" + f.parallelOp + "\"") +
+                    (f.rank >= 0 ? " on rank " + std::to_string(f.rank) : std::string()) + " makes " + copyText + " differ from " +
+                    f.tensor + best.slice->box.toString();
+        for (auto r : stage_.inputs) {
+            auto lt = plan_.lineage[r].logical;
+            bool dup = false;
+            for (const auto& e : f.example) dup = dup || e.name == plan_.tensorName(L_, lt);
+            if (!dup) f.example.push_back(valuesOf(m, L_, lt, lVal_.at(lt)));
+        }
+        f.logical.push_back(valuesOf(m, L_, rec.logical, ts, &best.offs));
+        f.logical.back().shape = reducedBox(best.slice->box, rec.logical).extent();
+        f.logical.back().fullShape = best.slice->box.extent();
+        for (const auto& t : *best.copy) f.parallel.push_back(valuesOf(m, P_, t.tensor, pVal_.at(t.tensor)));
+        result_.status = StageStatus::Failed;
+        result_.failure = f;
+    }
+};
+
+}  // namespace
+
+StageResult checkStage(const Plan& plan, const Stage& stage, const CheckOptions& opts, const InterruptSlot* slot) {
+    StageResult r;
+    r.stage = stage.id;
+    try {
+        z3::context ctx;
+        if (slot && slot->enter) slot->enter(&ctx);
+        struct Leave {
+            const InterruptSlot* s;
+            ~Leave() { if (s && s->leave) s->leave(); }
+        } leave{slot};
+        StageChecker checker(plan, stage, opts, ctx);
+        r = checker.run();
+    } catch (const z3::exception& e) {
+        r.status = StageStatus::Inconclusive;
+        Failure f;
+        f.kind = FailureKind::Inconclusive;
+        f.stage = stage.id;
+        f.message = std::string("the solver stopped: ") + e.msg();
+        r.failure = f;
+    } catch (const std::exception& e) {
+        r.status = StageStatus::Inconclusive;
+        Failure f;
+        f.kind = FailureKind::Inconclusive;
+        f.stage = stage.id;
+        f.message = std::string("internal error while checking the stage: ") + e.what();
+        r.failure = f;
+    }
+    return r;
+}
+
+}  // namespace tv

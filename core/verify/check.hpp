@@ -1,0 +1,53 @@
+// Checking one stage: shape reduction, symbolic evaluation of both sides on Z3, the tiered
+// query, and, on a counterexample, replay to the first parallel op whose output breaks its
+// lineage.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <z3++.h>
+
+#include "model/plan.hpp"
+#include "verify/diagnosis.hpp"
+#include "verify/stages.hpp"
+
+namespace tv {
+
+enum class StageStatus : std::uint8_t { Queued, Running, Equivalent, Failed, Inconclusive, Skipped };
+std::string_view toString(StageStatus s);
+
+/// Which tier proved each output group.
+struct TierCounts {
+    std::uint32_t simplify = 0, solveEqs = 0, solver = 0;
+};
+
+struct StageResult {
+    std::uint32_t stage = 0;
+    StageStatus status = StageStatus::Queued;
+    std::optional<Failure> failure;
+    TierCounts tiers;
+    double reduceSeconds = 0, encodeSeconds = 0, solveSeconds = 0;
+    std::uint64_t reducedElements = 0;   ///< elements of all stage tensors after reduction
+    std::uint64_t fullElements = 0;      ///< before reduction
+    std::string note;                    ///< e.g. "shape reduction fell back to full shapes"
+};
+
+struct CheckOptions {
+    unsigned timeoutMs = 60000;          ///< per solver query; 0 = none
+    bool reduceShapes = true;
+};
+
+/// Registers the running context so another thread can interrupt it (cancellation).
+struct InterruptSlot {
+    std::function<void(z3::context*)> enter;
+    std::function<void()> leave;
+};
+
+StageResult checkStage(const Plan& plan, const Stage& stage, const CheckOptions& opts,
+                       const InterruptSlot* slot = nullptr);
+
+}  // namespace tv

@@ -1,0 +1,125 @@
+#include "verify/diagnosis.hpp"
+
+#include <array>
+#include <sstream>
+
+namespace tv {
+
+namespace {
+constexpr std::array<std::string_view, 8> kKindNames = {
+    "counterexample", "dataflow_broken", "shape_mismatch", "shape_reduction_infeasible",
+    "lane_misalignment", "unsupported_operator", "inconclusive", "invalid_plan"};
+}
+
+std::string_view toString(FailureKind k) { return kKindNames[static_cast<std::size_t>(k)]; }
+
+bool isInconclusive(FailureKind k) {
+    return k == FailureKind::Inconclusive || k == FailureKind::UnsupportedOperator ||
+           k == FailureKind::ShapeReductionInfeasible;
+}
+
+nlohmann::json TensorValues::toJson() const {
+    nlohmann::json j = {{"name", name}, {"shape", shape}, {"full_shape", fullShape}, {"values", values}};
+    if (rank >= 0) j["rank"] = rank;
+    if (microbatch >= 0) j["microbatch"] = microbatch;
+    return j;
+}
+
+nlohmann::json Failure::toJson() const {
+    auto orNull = [](const std::string& s) { return s.empty() ? nlohmann::json() : nlohmann::json(s); };
+    nlohmann::json j = {
+        {"kind", toString(kind)},
+        {"stage", stage == kNone ? nlohmann::json() : nlohmann::json(stage)},
+        {"logical_op", orNull(logicalOp)},
+        {"parallel_op", orNull(parallelOp)},
+        {"rank", rank >= 0 ? nlohmann::json(rank) : nlohmann::json()},
+        {"coordinates", coordinates},
+        {"microbatch", microbatch >= 0 ? nlohmann::json(microbatch) : nlohmann::json()},
+        {"tensor", orNull(tensor)},
+        {"parallel_tensor", orNull(parallelTensor)},
+        {"slice", orNull(slice)},
+        {"element", orNull(element)},
+        {"expected", orNull(expected)},
+        {"actual", orNull(actual)},
+        {"message", message},
+    };
+    if (!otherEnd.empty()) j["other_end"] = otherEnd;
+    auto list = [](const std::vector<TensorValues>& v) {
+        nlohmann::json a = nlohmann::json::array();
+        for (const auto& t : v) a.push_back(t.toJson());
+        return a;
+    };
+    if (!example.empty() || !logical.empty() || !parallel.empty())
+        j["values"] = {{"example", list(example)}, {"logical", list(logical)}, {"parallel", list(parallel)}};
+    return j;
+}
+
+namespace {
+std::string valuesLine(const TensorValues& t) {
+    std::ostringstream os;
+    os << "  " << t.name << " " << shapeToString(t.shape);
+    if (t.shape != t.fullShape) os << " (reduced from " << shapeToString(t.fullShape) << ")";
+    if (t.rank >= 0) os << " rank " << t.rank;
+    if (t.microbatch >= 0) os << " mb " << t.microbatch;
+    os << " = [";
+    for (std::size_t i = 0; i < t.values.size(); ++i) {
+        if (i) os << ", ";
+        if (i == 16) {
+            os << "... (" << t.values.size() << " values)";
+            break;
+        }
+        os << t.values[i];
+    }
+    os << "]\n";
+    return os.str();
+}
+}  // namespace
+
+std::string Failure::toText() const {
+    std::ostringstream os;
+    os << "  " << toString(kind);
+    if (stage != kNone) os << " in stage " << stage;
+    os << ": " << message << "\n";
+    if (!parallelOp.empty()) {
+        os << "  at parallel op " << parallelOp;
+        if (rank >= 0) os << " on rank " << rank;
+        if (!coordinates.empty()) {
+            os << " (";
+            bool first = true;
+            for (auto it = coordinates.begin(); it != coordinates.end(); ++it) {
+                os << (first ? "" : " ") << it.key() << "=" << it.value();
+                first = false;
+            }
+            os << ")";
+        }
+        if (microbatch >= 0) os << ", microbatch " << microbatch;
+        os << "\n";
+    }
+    if (!logicalOp.empty()) os << "  logical op " << logicalOp << "\n";
+    if (!tensor.empty()) {
+        os << "  tensor " << tensor;
+        if (!slice.empty()) os << " slice " << slice;
+        if (!parallelTensor.empty()) os << " held by " << parallelTensor;
+        os << "\n";
+    }
+    if (!otherEnd.empty()) os << "  other end: " << otherEnd << "\n";
+    if (!example.empty()) {
+        os << "\nExample:\n";
+        for (const auto& t : example) os << valuesLine(t);
+    }
+    if (!logical.empty()) {
+        os << "\nLogical:\n";
+        for (const auto& t : logical) os << valuesLine(t);
+    }
+    if (!parallel.empty()) {
+        os << "\nParallel:\n";
+        for (const auto& t : parallel) os << valuesLine(t);
+    }
+    if (!expected.empty() || !actual.empty()) {
+        os << "\nExpected vs Actual:\n";
+        os << "  " << tensor << (element.empty() ? "" : element) << ": expected " << expected << ", actual " << actual << "\n";
+    }
+    return os.str();
+}
+
+}  // namespace tv

@@ -1,0 +1,218 @@
+#include "verify/stages.hpp"
+
+#include <algorithm>
+#include <queue>
+#include <unordered_set>
+
+namespace tv {
+
+namespace {
+
+Failure dataflowFailure(const Plan& plan, std::uint32_t stage, const std::string& msg) {
+    Failure f;
+    f.kind = FailureKind::DataflowBroken;
+    f.stage = stage;
+    f.message = msg;
+    (void)plan;
+    return f;
+}
+
+void locateParallelOp(const Plan& plan, OpId op, Failure& f) {
+    const auto& P = plan.parallel;
+    f.parallelOp = plan.opName(P, op);
+    const auto& o = P.ops[op];
+    f.rank = o.rank >= 0 ? o.rank : (o.group != kNone ? plan.groups[o.group][0] : -1);
+    f.coordinates = plan.coordinatesJson(f.rank);
+    f.microbatch = o.microbatch;
+}
+
+}  // namespace
+
+StagePlan cutStages(const Plan& plan) {
+    const auto& L = plan.logical;
+    const auto& P = plan.parallel;
+    const auto nrec = static_cast<std::uint32_t>(plan.lineage.size());
+    StagePlan sp;
+    sp.stageOfRecord.assign(nrec, kNone);
+
+    // Which record holds each parallel tensor (validated: at most one).
+    std::vector<std::uint32_t> recordOf(P.tensors.size(), kNone);
+    for (std::uint32_t r = 0; r < nrec; ++r)
+        for (const auto& s : plan.lineage[r].slices)
+            for (const auto& c : s.copies)
+                for (const auto& t : c) recordOf[t.tensor] = r;
+
+    // A record is initial when it is the first record of a logical tensor nothing produces.
+    std::vector<bool> initial(nrec, false);
+    std::vector<bool> seenLogical(L.tensors.size(), false);
+    for (std::uint32_t r = 0; r < nrec; ++r) {
+        auto t = plan.lineage[r].logical;
+        if (L.tensors[t].producer == kNone && !seenLogical[t]) initial[r] = true;
+        seenLogical[t] = true;
+        if (initial[r]) sp.initialRecords.push_back(r);
+    }
+
+    struct Draft {
+        Stage stage;
+        bool broken = false;
+        std::vector<Failure> failures;
+    };
+    std::vector<Draft> drafts;
+    std::vector<std::uint32_t> draftOfRecord(nrec, kNone);
+    std::vector<std::uint32_t> visitedP(P.ops.size(), kNone), visitedL(L.ops.size(), kNone);
+
+    for (std::uint32_t r = 0; r < nrec; ++r) {
+        if (initial[r]) continue;
+        Draft d;
+        d.stage.output = r;
+        const auto& rec = plan.lineage[r];
+        const auto& lname = plan.tensorName(L, rec.logical);
+        std::vector<std::uint32_t> inputs;
+
+        // Parallel side: walk producers back from the record's tensors to other records.
+        std::vector<TensorId> work;
+        std::unordered_set<TensorId> seenT;
+        for (const auto& s : rec.slices)
+            for (const auto& c : s.copies)
+                for (const auto& t : c)
+                    if (seenT.insert(t.tensor).second) work.push_back(t.tensor);
+        while (!work.empty()) {
+            auto t = work.back();
+            work.pop_back();
+            auto op = P.tensors[t].producer;
+            if (op == kNone) {
+                if (recordOf[t] == r) {
+                    Failure f = dataflowFailure(plan, kNone, "parallel tensor \"" + plan.tensorName(P, t) + "\" holds part of \"" + lname +
+                                                                 "\", but no op produces it");
+                    f.tensor = lname;
+                    f.parallelTensor = plan.tensorName(P, t);
+                    f.rank = P.tensors[t].rank;
+                    f.coordinates = plan.coordinatesJson(f.rank);
+                    f.microbatch = P.tensors[t].microbatch;
+                    d.failures.push_back(f);
+                    d.broken = true;
+                }
+                continue;
+            }
+            if (visitedP[op] == r) continue;
+            visitedP[op] = r;
+            d.stage.parallelOps.push_back(op);
+            for (auto in : P.inputs(op)) {
+                if (recordOf[in] != kNone && recordOf[in] != r) {
+                    inputs.push_back(recordOf[in]);
+                    continue;
+                }
+                if (P.tensors[in].producer == kNone && recordOf[in] == kNone) {
+                    Failure f = dataflowFailure(plan, kNone, "op \"" + plan.opName(P, op) + "\" reads \"" + plan.tensorName(P, in) +
+                                                                 "\", which no op produces and no lineage describes, on the way to \"" + lname + "\"");
+                    locateParallelOp(plan, op, f);
+                    f.tensor = lname;
+                    f.parallelTensor = plan.tensorName(P, in);
+                    f.otherEnd = "parallel tensor " + plan.tensorName(P, in);
+                    d.failures.push_back(f);
+                    d.broken = true;
+                    continue;
+                }
+                if (seenT.insert(in).second) work.push_back(in);
+            }
+        }
+        std::sort(inputs.begin(), inputs.end());
+        inputs.erase(std::unique(inputs.begin(), inputs.end()), inputs.end());
+        d.stage.inputs = inputs;
+
+        // Logical side: walk back from the record's tensor to the inputs' logical tensors.
+        std::unordered_set<TensorId> provided;
+        for (auto i : inputs) provided.insert(plan.lineage[i].logical);
+        if (!provided.count(rec.logical)) {
+            std::vector<TensorId> lw{rec.logical};
+            std::unordered_set<TensorId> seenL{rec.logical};
+            while (!lw.empty()) {
+                auto t = lw.back();
+                lw.pop_back();
+                auto op = L.tensors[t].producer;
+                if (op == kNone) {
+                    // A logical source the parallel stage never reads: the parallel plan lost this dataflow.
+                    Failure f = dataflowFailure(plan, kNone, "\"" + lname + "\" depends on \"" + plan.tensorName(L, t) +
+                                                                 "\", but the parallel ops computing it never read a lineage of \"" +
+                                                                 plan.tensorName(L, t) + "\"");
+                    f.tensor = lname;
+                    f.otherEnd = "logical tensor " + plan.tensorName(L, t);
+                    // Point at the last parallel op producing the record's tensors.
+                    OpId last = kNone;
+                    for (auto op2 : d.stage.parallelOps)
+                        if (recordOf[P.outputs(op2)[0]] == r && (last == kNone || P.topoIndex[op2] > P.topoIndex[last])) last = op2;
+                    if (last != kNone) locateParallelOp(plan, last, f);
+                    if (auto lop = L.tensors[rec.logical].producer; lop != kNone) f.logicalOp = plan.opName(L, lop);
+                    d.failures.push_back(f);
+                    d.broken = true;
+                    continue;
+                }
+                if (visitedL[op] == r) continue;
+                visitedL[op] = r;
+                d.stage.logicalOps.push_back(op);
+                for (auto in : L.inputs(op))
+                    if (!provided.count(in) && seenL.insert(in).second) lw.push_back(in);
+            }
+        }
+        std::sort(d.stage.logicalOps.begin(), d.stage.logicalOps.end(),
+                  [&](OpId a, OpId b) { return L.topoIndex[a] < L.topoIndex[b]; });
+        std::sort(d.stage.parallelOps.begin(), d.stage.parallelOps.end(),
+                  [&](OpId a, OpId b) { return P.topoIndex[a] < P.topoIndex[b]; });
+        d.stage.graphOrder = d.stage.parallelOps.empty() ? kNone : P.topoIndex[d.stage.parallelOps.back()];
+        draftOfRecord[r] = static_cast<std::uint32_t>(drafts.size());
+        drafts.push_back(std::move(d));
+    }
+
+    // Proof order: a stage comes after the stages proving its input records (Kahn, ties in file order).
+    std::vector<std::uint32_t> pending(drafts.size(), 0);
+    std::vector<std::vector<std::uint32_t>> dependents(drafts.size());
+    for (std::uint32_t i = 0; i < drafts.size(); ++i)
+        for (auto in : drafts[i].stage.inputs)
+            if (!initial[in]) {
+                ++pending[i];
+                dependents[draftOfRecord[in]].push_back(i);
+            }
+    std::priority_queue<std::uint32_t, std::vector<std::uint32_t>, std::greater<>> ready;
+    for (std::uint32_t i = 0; i < drafts.size(); ++i)
+        if (pending[i] == 0) ready.push(i);
+    std::vector<std::uint32_t> order;
+    while (!ready.empty()) {
+        auto i = ready.top();
+        ready.pop();
+        order.push_back(i);
+        for (auto j : dependents[i])
+            if (--pending[j] == 0) ready.push(j);
+    }
+    if (order.size() != drafts.size()) {
+        for (std::uint32_t i = 0; i < drafts.size(); ++i)
+            if (pending[i] != 0) {
+                const auto& rec = plan.lineage[drafts[i].stage.output];
+                Failure f = dataflowFailure(plan, kNone, "the lineage of \"" + plan.tensorName(L, rec.logical) +
+                                                             "\" (lineage record " + std::to_string(drafts[i].stage.output) +
+                                                             ") depends on itself through other lineage records: no proof order exists");
+                f.tensor = plan.tensorName(L, rec.logical);
+                sp.structural.push_back(f);
+                break;
+            }
+        return sp;
+    }
+    for (auto i : order) {
+        auto& st = drafts[i].stage;
+        st.id = static_cast<std::uint32_t>(sp.stages.size());
+        sp.stageOfRecord[st.output] = st.id;
+        for (auto& f : drafts[i].failures) {
+            f.stage = st.id;
+            sp.structural.push_back(std::move(f));
+        }
+        sp.stages.push_back(std::move(st));
+    }
+
+    // Logical results nobody checks: produced, never consumed, and without a lineage.
+    for (TensorId t = 0; t < L.tensors.size(); ++t)
+        if (L.tensors[t].producer != kNone && L.consumers(t).empty() && !seenLogical[t])
+            sp.warnings.push_back("logical output \"" + plan.tensorName(L, t) +
+                                  "\" has no lineage, so the parallel plan's value for it is not checked");
+    return sp;
+}
+
+}  // namespace tv

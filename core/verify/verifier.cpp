@@ -1,0 +1,271 @@
+#include "verify/verifier.hpp"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <sstream>
+#include <thread>
+
+namespace tv {
+
+std::string_view toString(Verdict v) {
+    switch (v) {
+        case Verdict::Equivalent: return "equivalent";
+        case Verdict::NotEquivalent: return "not_equivalent";
+        case Verdict::Inconclusive: return "inconclusive";
+        case Verdict::Invalid: return "invalid";
+    }
+    return "?";
+}
+std::string_view headline(Verdict v) {
+    switch (v) {
+        case Verdict::Equivalent: return "EQUIVALENT";
+        case Verdict::NotEquivalent: return "NOT EQUIVALENT";
+        case Verdict::Inconclusive: return "INCONCLUSIVE";
+        case Verdict::Invalid: return "INVALID";
+    }
+    return "?";
+}
+int exitCode(Verdict v) { return static_cast<int>(v); }
+
+long peakMemoryKb() {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return u.ru_maxrss;
+}
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+}  // namespace
+
+VerificationRun::VerificationRun(const Plan& plan, VerifyOptions opts) : plan_(plan), opts_(std::move(opts)) {}
+
+void VerificationRun::cancel() {
+    cancelled_.store(true);
+    std::lock_guard lock(mutex_);
+    for (auto* c : running_) c->interrupt();
+}
+
+VerifyReport VerificationRun::run() {
+    VerifyReport rep;
+    auto t0 = Clock::now();
+    rep.stagePlan = cutStages(plan_);
+    rep.timing.cut = since(t0);
+    rep.warnings = rep.stagePlan.warnings;
+    const auto& stages = rep.stagePlan.stages;
+    rep.results.resize(stages.size());
+    for (std::uint32_t i = 0; i < stages.size(); ++i) rep.results[i].stage = i;
+
+    // Structural failures found while cutting decide their stages without a solver.
+    std::vector<bool> decided(stages.size(), false);
+    std::vector<Failure> planLevel;
+    for (const auto& f : rep.stagePlan.structural) {
+        if (f.stage == kNone) {
+            planLevel.push_back(f);
+            continue;
+        }
+        if (decided[f.stage]) continue;
+        decided[f.stage] = true;
+        rep.results[f.stage].status = StageStatus::Failed;
+        rep.results[f.stage].failure = f;
+        if (opts_.onStageDone) opts_.onStageDone(rep.results[f.stage]);
+    }
+
+    unsigned jobs = opts_.jobs ? opts_.jobs : std::max(1u, std::thread::hardware_concurrency());
+    jobs = std::max(1u, std::min<unsigned>(jobs, static_cast<unsigned>(std::max<std::size_t>(1, stages.size()))));
+    rep.jobs = jobs;
+    std::atomic<std::uint32_t> next{0};
+    auto t1 = Clock::now();
+    InterruptSlot slot;
+    slot.enter = [this](z3::context* c) {
+        std::lock_guard lock(mutex_);
+        running_.push_back(c);
+        if (cancelled_.load()) c->interrupt();
+    };
+    auto worker = [&]() {
+        z3::context* mine = nullptr;
+        InterruptSlot local;
+        local.enter = [&](z3::context* c) {
+            mine = c;
+            slot.enter(c);
+        };
+        local.leave = [&]() {
+            std::lock_guard lock(mutex_);
+            running_.erase(std::remove(running_.begin(), running_.end(), mine), running_.end());
+            mine = nullptr;
+        };
+        for (;;) {
+            auto i = next.fetch_add(1);
+            if (i >= stages.size()) break;
+            if (decided[i]) continue;
+            if (cancelled_.load()) {
+                rep.results[i].status = StageStatus::Skipped;
+                continue;
+            }
+            auto r = checkStage(plan_, stages[i], opts_.check, &local);
+            if (cancelled_.load() && r.status == StageStatus::Inconclusive) r.status = StageStatus::Skipped;
+            rep.results[i] = std::move(r);
+            if (opts_.onStageDone) opts_.onStageDone(rep.results[i]);
+        }
+    };
+    if (jobs == 1) {
+        worker();
+    } else {
+        std::vector<std::thread> pool;
+        for (unsigned j = 0; j < jobs; ++j) pool.emplace_back(worker);
+        for (auto& t : pool) t.join();
+    }
+    rep.timing.check = since(t1);
+    rep.cancelled = cancelled_.load();
+
+    // Combine in graph order, independent of completion order.
+    std::vector<std::uint32_t> order(stages.size());
+    for (std::uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
+        return std::pair(stages[a].graphOrder, a) < std::pair(stages[b].graphOrder, b);
+    });
+    for (auto& f : planLevel) rep.failures.push_back(f);
+    for (auto i : order) {
+        const auto& r = rep.results[i];
+        rep.timing.reduce += r.reduceSeconds;
+        rep.timing.encode += r.encodeSeconds;
+        rep.timing.solve += r.solveSeconds;
+        switch (r.status) {
+            case StageStatus::Equivalent: ++rep.passed; break;
+            case StageStatus::Failed: ++rep.failed; break;
+            case StageStatus::Inconclusive: ++rep.inconclusive; break;
+            default: ++rep.skipped; break;
+        }
+        if (r.failure) rep.failures.push_back(*r.failure);
+    }
+    auto firstOf = [&](bool inconclusive) -> std::optional<Failure> {
+        for (const auto& f : rep.failures)
+            if (isInconclusive(f.kind) == inconclusive) return f;
+        return std::nullopt;
+    };
+    if (auto f = firstOf(false)) {
+        rep.verdict = Verdict::NotEquivalent;
+        rep.failure = f;
+    } else if (auto g = firstOf(true)) {
+        rep.verdict = Verdict::Inconclusive;
+        rep.failure = g;
+    } else if (rep.cancelled || rep.skipped) {
+        rep.verdict = Verdict::Inconclusive;
+        Failure c;
+        c.kind = FailureKind::Inconclusive;
+        c.message = "verification was cancelled before every stage was proven";
+        rep.failure = c;
+    } else {
+        rep.verdict = Verdict::Equivalent;
+    }
+    rep.timing.total = since(t0);
+    return rep;
+}
+
+VerifyReport verifyPlan(const Plan& plan, const VerifyOptions& opts) {
+    VerificationRun run(plan, opts);
+    return run.run();
+}
+
+VerifyReport invalidReport(std::vector<PlanProblem> problems) {
+    VerifyReport r;
+    r.verdict = Verdict::Invalid;
+    Failure f;
+    bool shape = !problems.empty() && problems[0].message.find("shape mismatch") != std::string::npos;
+    f.kind = shape ? FailureKind::ShapeMismatch : FailureKind::InvalidPlan;
+    f.message = problems.empty() ? "invalid plan" : problems[0].toString();
+    r.failure = f;
+    r.problems = std::move(problems);
+    return r;
+}
+
+nlohmann::json reportToJson(const VerifyReport& r) {
+    nlohmann::json j;
+    j["verdict"] = toString(r.verdict);
+    j["stages"] = {{"total", r.results.size()},
+                   {"passed", r.passed},
+                   {"failed", r.failed},
+                   {"inconclusive", r.inconclusive},
+                   {"skipped", r.skipped}};
+    j["timing"] = {{"load", r.timing.load},     {"cut", r.timing.cut},       {"check", r.timing.check},
+                   {"reduce", r.timing.reduce}, {"encode", r.timing.encode}, {"solve", r.timing.solve},
+                   {"total", r.timing.total}};
+    j["jobs"] = r.jobs;
+    if (r.failure) j["failure"] = r.failure->toJson();
+    if (r.failures.size() > 1) {
+        nlohmann::json all = nlohmann::json::array();
+        for (const auto& f : r.failures) all.push_back(f.toJson());
+        j["failures"] = all;
+    }
+    if (!r.problems.empty()) {
+        nlohmann::json p = nlohmann::json::array();
+        for (const auto& x : r.problems) p.push_back({{"path", x.path}, {"message", x.message}});
+        j["problems"] = p;
+    }
+    if (!r.warnings.empty()) j["warnings"] = r.warnings;
+    nlohmann::json st = nlohmann::json::array();
+    for (const auto& res : r.results) {
+        nlohmann::json s = {{"id", res.stage},
+                            {"status", toString(res.status)},
+                            {"seconds", res.reduceSeconds + res.encodeSeconds + res.solveSeconds}};
+        if (res.stage < r.stagePlan.stages.size()) {
+            const auto& stage = r.stagePlan.stages[res.stage];
+            s["kind"] = stage.glue() ? "glue" : "op";
+            s["logical_ops"] = stage.logicalOps.size();
+            s["parallel_ops"] = stage.parallelOps.size();
+        }
+        if (!res.note.empty()) s["note"] = res.note;
+        st.push_back(std::move(s));
+    }
+    j["stage_results"] = std::move(st);
+    return j;
+}
+
+std::string reportToText(const VerifyReport& r, bool withStats) {
+    std::ostringstream os;
+    os << headline(r.verdict);
+    if (r.verdict == Verdict::Invalid) {
+        os << ": " << (r.problems.empty() ? "invalid plan" : r.problems[0].toString()) << "\n";
+        for (std::size_t i = 1; i < r.problems.size(); ++i) os << "  also: " << r.problems[i].toString() << "\n";
+        return os.str();
+    }
+    os << ": " << r.passed << " of " << r.results.size() << " stages proven";
+    if (r.failed) os << ", " << r.failed << " failed";
+    if (r.inconclusive) os << ", " << r.inconclusive << " inconclusive";
+    if (r.skipped) os << ", " << r.skipped << " skipped";
+    char buf[160];
+    std::snprintf(buf, sizeof buf, " (%.2f s, %u jobs)", r.timing.total, r.jobs);
+    os << buf << "\n";
+    if (r.failure) os << r.failure->toText();
+    if (r.failures.size() > 1) os << "\n  (" << r.failures.size() - 1 << " more failure(s) in later stages; see --json)\n";
+    for (const auto& w : r.warnings) os << "warning: " << w << "\n";
+    if (withStats) {
+        std::uint32_t t1 = 0, t2 = 0, t3 = 0;
+        std::uint64_t full = 0, red = 0;
+        for (const auto& res : r.results) {
+            t1 += res.tiers.simplify;
+            t2 += res.tiers.solveEqs;
+            t3 += res.tiers.solver;
+            full += res.fullElements;
+            red += res.reducedElements;
+        }
+        os << "\nstats:\n";
+        std::snprintf(buf, sizeof buf, "  load %.3f s, cut %.3f s, check %.3f s (wall)\n", r.timing.load, r.timing.cut, r.timing.check);
+        os << buf;
+        std::snprintf(buf, sizeof buf, "  per-stage sums: reduce %.3f s, encode %.3f s, solve %.3f s\n", r.timing.reduce,
+                      r.timing.encode, r.timing.solve);
+        os << buf;
+        double rate = r.timing.check > 0 ? static_cast<double>(r.results.size()) / r.timing.check : 0.0;
+        std::snprintf(buf, sizeof buf, "  stages solved per second: %.1f\n", rate);
+        os << buf;
+        os << "  output groups proven by simplify / solve-eqs / solver: " << t1 << " / " << t2 << " / " << t3 << "\n";
+        os << "  tensor elements: " << full << " full, " << red << " after shape reduction\n";
+        os << "  peak memory: " << peakMemoryKb() / 1024 << " MiB\n";
+    }
+    return os.str();
+}
+
+}  // namespace tv

@@ -1,0 +1,82 @@
+// Staged verification of a whole plan: cut stages, check them on a pool of worker threads (one
+// z3::context per stage), and combine the results into a verdict that does not depend on the
+// number of threads or on the order in which stages finish.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "model/plan.hpp"
+#include "io/plan_json.hpp"
+#include "verify/check.hpp"
+#include "verify/stages.hpp"
+
+namespace tv {
+
+enum class Verdict : std::uint8_t { Equivalent, NotEquivalent, Inconclusive, Invalid };
+std::string_view toString(Verdict v);            ///< "equivalent", "not_equivalent", ...
+std::string_view headline(Verdict v);            ///< "EQUIVALENT", "NOT EQUIVALENT", ...
+int exitCode(Verdict v);                          ///< 0, 1, 2, 3
+
+struct Timing {
+    double load = 0, cut = 0, check = 0;         ///< wall-clock seconds per phase
+    double reduce = 0, encode = 0, solve = 0;    ///< summed over stages (CPU-ish seconds)
+    double total = 0;
+};
+
+struct VerifyReport {
+    Verdict verdict = Verdict::Equivalent;
+    StagePlan stagePlan;
+    std::vector<StageResult> results;            ///< indexed by stage id
+    std::optional<Failure> failure;              ///< the topologically first failure
+    std::vector<Failure> failures;               ///< all failures, topologically ordered
+    std::vector<PlanProblem> problems;           ///< for an invalid plan
+    std::vector<std::string> warnings;
+    Timing timing;
+    unsigned jobs = 1;
+    bool cancelled = false;
+    std::uint32_t passed = 0, failed = 0, inconclusive = 0, skipped = 0;
+};
+
+struct VerifyOptions {
+    unsigned jobs = 0;                            ///< 0: one per hardware thread
+    CheckOptions check;
+    /// Called from worker threads as each stage finishes (must be thread-safe).
+    std::function<void(const StageResult&)> onStageDone;
+};
+
+/// One verification run; cancel() may be called from any thread.
+class VerificationRun {
+public:
+    VerificationRun(const Plan& plan, VerifyOptions opts);
+    VerifyReport run();
+    void cancel();
+    bool cancelled() const { return cancelled_.load(); }
+
+private:
+    const Plan& plan_;
+    VerifyOptions opts_;
+    std::atomic<bool> cancelled_{false};
+    std::mutex mutex_;
+    std::vector<z3::context*> running_;
+};
+
+VerifyReport verifyPlan(const Plan& plan, const VerifyOptions& opts = {});
+
+/// A report for a plan that failed to load.
+VerifyReport invalidReport(std::vector<PlanProblem> problems);
+
+nlohmann::json reportToJson(const VerifyReport& report);
+/// The summary line (starts with the headline) followed by the diagnosis.
+std::string reportToText(const VerifyReport& report, bool withStats = false);
+
+/// Peak resident memory of this process in kilobytes.
+long peakMemoryKb();
+
+}  // namespace tv
