@@ -1395,7 +1395,7 @@ json dimAttr(const json& a) {
 
 H sumToShape(GradBuilder& b, H g, const Shape& target) {
     if (b.shapeOf(g) == target) return g;
-    return b.emit1("sum_to", {g}, json::object(), target);
+    return b.emitOp1("sum_to", {g}, json::object(), target);
 }
 
 std::vector<H> vjpAdd(GradBuilder& b, const VjpArgs& a) {
@@ -1404,60 +1404,60 @@ std::vector<H> vjpAdd(GradBuilder& b, const VjpArgs& a) {
 }
 std::vector<H> vjpSub(GradBuilder& b, const VjpArgs& a) {
     auto g = a.outGrads[0];
-    auto ng = b.emit1("neg", {g}, json::object(), b.shapeOf(g));
+    auto ng = b.emitOp1("neg", {g}, json::object(), b.shapeOf(g));
     return {sumToShape(b, g, b.shapeOf(a.inputs[0])), sumToShape(b, ng, b.shapeOf(a.inputs[1]))};
 }
 std::vector<H> vjpMul(GradBuilder& b, const VjpArgs& a) {
     auto g = a.outGrads[0];
     auto os = b.shapeOf(g);
-    auto ga = b.emit1("mul", {g, a.inputs[1]}, json::object(), os);
-    auto gb = b.emit1("mul", {g, a.inputs[0]}, json::object(), os);
+    auto ga = b.emitOp1("mul", {g, a.inputs[1]}, json::object(), os);
+    auto gb = b.emitOp1("mul", {g, a.inputs[0]}, json::object(), os);
     return {sumToShape(b, ga, b.shapeOf(a.inputs[0])), sumToShape(b, gb, b.shapeOf(a.inputs[1]))};
 }
 std::vector<H> vjpDiv(GradBuilder& b, const VjpArgs& a) {
     auto g = a.outGrads[0];
     auto os = b.shapeOf(g);
-    auto ga = b.emit1("div", {g, a.inputs[1]}, json::object(), os);      // g / y
-    auto t = b.emit1("mul", {ga, a.outputs[0]}, json::object(), os);     // g x / y^2 = (g/y) * (x/y)
-    auto gb = b.emit1("neg", {t}, json::object(), os);
+    auto ga = b.emitOp1("div", {g, a.inputs[1]}, json::object(), os);      // g / y
+    auto t = b.emitOp1("mul", {ga, a.outputs[0]}, json::object(), os);     // g x / y^2 = (g/y) * (x/y)
+    auto gb = b.emitOp1("neg", {t}, json::object(), os);
     return {sumToShape(b, ga, b.shapeOf(a.inputs[0])), sumToShape(b, gb, b.shapeOf(a.inputs[1]))};
 }
 std::vector<H> vjpNeg(GradBuilder& b, const VjpArgs& a) {
-    return {b.emit1("neg", {a.outGrads[0]}, json::object(), b.shapeOf(a.outGrads[0]))};
+    return {b.emitOp1("neg", {a.outGrads[0]}, json::object(), b.shapeOf(a.outGrads[0]))};
 }
 std::vector<H> vjpPassThrough(GradBuilder&, const VjpArgs& a) { return {a.outGrads[0]}; }
 std::vector<H> vjpMulScalar(GradBuilder& b, const VjpArgs& a) {
-    return {b.emit1("mul_scalar", {a.outGrads[0]}, json{{"value", a.attrs.at("value")}}, b.shapeOf(a.outGrads[0]))};
+    return {b.emitOp1("mul_scalar", {a.outGrads[0]}, json{{"value", a.attrs.at("value")}}, b.shapeOf(a.outGrads[0]))};
 }
 std::vector<H> vjpExp(GradBuilder& b, const VjpArgs& a) {
-    return {b.emit1("mul", {a.outGrads[0], a.outputs[0]}, json::object(), b.shapeOf(a.outGrads[0]))};
+    return {b.emitOp1("mul", {a.outGrads[0], a.outputs[0]}, json::object(), b.shapeOf(a.outGrads[0]))};
 }
 std::vector<H> vjpLog(GradBuilder& b, const VjpArgs& a) {
-    return {b.emit1("div", {a.outGrads[0], a.inputs[0]}, json::object(), b.shapeOf(a.outGrads[0]))};
+    return {b.emitOp1("div", {a.outGrads[0], a.inputs[0]}, json::object(), b.shapeOf(a.outGrads[0]))};
 }
 std::vector<H> vjpSqrt(GradBuilder& b, const VjpArgs& a) {
     auto s = b.shapeOf(a.outGrads[0]);
-    auto t = b.emit1("div", {a.outGrads[0], a.outputs[0]}, json::object(), s);
-    return {b.emit1("mul_scalar", {t}, json{{"value", "1/2"}}, s)};
+    auto t = b.emitOp1("div", {a.outGrads[0], a.outputs[0]}, json::object(), s);
+    return {b.emitOp1("mul_scalar", {t}, json{{"value", "1/2"}}, s)};
 }
 std::vector<H> vjpRsqrt(GradBuilder& b, const VjpArgs& a) {
     // d/dx x^(-1/2) = -1/2 y^3
     auto s = b.shapeOf(a.outGrads[0]);
-    auto y2 = b.emit1("mul", {a.outputs[0], a.outputs[0]}, json::object(), s);
-    auto y3 = b.emit1("mul", {y2, a.outputs[0]}, json::object(), s);
-    auto t = b.emit1("mul", {a.outGrads[0], y3}, json::object(), s);
-    return {b.emit1("mul_scalar", {t}, json{{"value", "-1/2"}}, s)};
+    auto y2 = b.emitOp1("mul", {a.outputs[0], a.outputs[0]}, json::object(), s);
+    auto y3 = b.emitOp1("mul", {y2, a.outputs[0]}, json::object(), s);
+    auto t = b.emitOp1("mul", {a.outGrads[0], y3}, json::object(), s);
+    return {b.emitOp1("mul_scalar", {t}, json{{"value", "-1/2"}}, s)};
 }
 std::vector<H> vjpPow(GradBuilder& b, const VjpArgs& a) {
     auto s = b.shapeOf(a.outGrads[0]);
     auto e = attrRat(a.attrs, "exponent");
-    auto p = b.emit1("pow", {a.inputs[0]}, json{{"exponent", (e - Rational(1)).toString()}}, s);
-    auto t = b.emit1("mul", {a.outGrads[0], p}, json::object(), s);
-    return {b.emit1("mul_scalar", {t}, json{{"value", e.toString()}}, s)};
+    auto p = b.emitOp1("pow", {a.inputs[0]}, json{{"exponent", (e - Rational(1)).toString()}}, s);
+    auto t = b.emitOp1("mul", {a.outGrads[0], p}, json::object(), s);
+    return {b.emitOp1("mul_scalar", {t}, json{{"value", e.toString()}}, s)};
 }
 template <const char* Name>
 std::vector<H> vjpUnaryBackward(GradBuilder& b, const VjpArgs& a) {
-    return {b.emit1(Name, {a.inputs[0], a.outGrads[0]}, json::object(), b.shapeOf(a.inputs[0]))};
+    return {b.emitOp1(Name, {a.inputs[0], a.outGrads[0]}, json::object(), b.shapeOf(a.inputs[0]))};
 }
 constexpr char kReluBw[] = "relu_backward";
 constexpr char kSigmoidBw[] = "sigmoid_backward";
@@ -1470,14 +1470,14 @@ std::vector<H> vjpLinear(GradBuilder& b, const VjpArgs& a) {
     auto g = a.outGrads[0];
     const auto& xs = b.shapeOf(a.inputs[0]);
     const auto& ws = b.shapeOf(a.inputs[1]);
-    auto dx = b.emit1("matmul", {g, a.inputs[1]}, json::object(), xs);
+    auto dx = b.emitOp1("matmul", {g, a.inputs[1]}, json::object(), xs);
     H g2 = g, x2 = a.inputs[0];
     if (xs.size() != 2) {
         std::int64_t rows = numel(xs) / xs.back();
-        g2 = b.emit1("reshape", {g}, json::object(), Shape{rows, ws[0]});
-        x2 = b.emit1("reshape", {a.inputs[0]}, json::object(), Shape{rows, ws[1]});
+        g2 = b.emitOp1("reshape", {g}, json::object(), Shape{rows, ws[0]});
+        x2 = b.emitOp1("reshape", {a.inputs[0]}, json::object(), Shape{rows, ws[1]});
     }
-    auto dw = b.emit1("matmul", {g2, x2}, json{{"transpose_a", true}}, ws);
+    auto dw = b.emitOp1("matmul", {g2, x2}, json{{"transpose_a", true}}, ws);
     std::vector<H> r{dx, dw};
     if (a.inputs.size() == 3) r.push_back(sumToShape(b, g, b.shapeOf(a.inputs[2])));
     return r;
@@ -1487,55 +1487,55 @@ std::vector<H> vjpMatmul(GradBuilder& b, const VjpArgs& a) {
     auto g = a.outGrads[0];
     bool ta = attrBool(a.attrs, "transpose_a"), tb = attrBool(a.attrs, "transpose_b");
     Shape as = b.shapeOf(a.inputs[0]), bs = b.shapeOf(a.inputs[1]);
-    H da = ta ? b.emit1("matmul", {a.inputs[1], g}, json{{"transpose_a", tb}, {"transpose_b", true}}, as)
-              : b.emit1("matmul", {g, a.inputs[1]}, json{{"transpose_b", !tb}}, as);
+    H da = ta ? b.emitOp1("matmul", {a.inputs[1], g}, json{{"transpose_a", tb}, {"transpose_b", true}}, as)
+              : b.emitOp1("matmul", {g, a.inputs[1]}, json{{"transpose_b", !tb}}, as);
     H aa = a.inputs[0], gg = g;
     if (bs.size() == 2 && as.size() > 2) {
         // b is shared across the batch: flatten the batch into rows before contracting.
         Shape gs = b.shapeOf(g);
         std::int64_t rowsA = numel(as) / as.back(), rowsG = numel(gs) / gs.back();
-        aa = b.emit1("reshape", {aa}, json::object(), Shape{rowsA, as.back()});
-        gg = b.emit1("reshape", {gg}, json::object(), Shape{rowsG, gs.back()});
+        aa = b.emitOp1("reshape", {aa}, json::object(), Shape{rowsA, as.back()});
+        gg = b.emitOp1("reshape", {gg}, json::object(), Shape{rowsG, gs.back()});
     }
-    H db = tb ? b.emit1("matmul", {gg, aa}, json{{"transpose_a", true}, {"transpose_b", ta}}, bs)
-              : b.emit1("matmul", {aa, gg}, json{{"transpose_a", !ta}}, bs);
+    H db = tb ? b.emitOp1("matmul", {gg, aa}, json{{"transpose_a", true}, {"transpose_b", ta}}, bs)
+              : b.emitOp1("matmul", {aa, gg}, json{{"transpose_a", !ta}}, bs);
     return {da, db};
 }
 
 std::vector<H> vjpSum(GradBuilder& b, const VjpArgs& a) {
-    return {b.emit1("sum_backward", {a.outGrads[0]}, dimAttr(a.attrs), b.shapeOf(a.inputs[0]))};
+    return {b.emitOp1("sum_backward", {a.outGrads[0]}, dimAttr(a.attrs), b.shapeOf(a.inputs[0]))};
 }
 std::vector<H> vjpMean(GradBuilder& b, const VjpArgs& a) {
-    return {b.emit1("mean_backward", {a.outGrads[0]}, dimAttr(a.attrs), b.shapeOf(a.inputs[0]))};
+    return {b.emitOp1("mean_backward", {a.outGrads[0]}, dimAttr(a.attrs), b.shapeOf(a.inputs[0]))};
 }
 std::vector<H> vjpMax(GradBuilder& b, const VjpArgs& a) {
-    return {b.emit1("max_backward", {a.inputs[0], a.outGrads[0]}, dimAttr(a.attrs), b.shapeOf(a.inputs[0]))};
+    return {b.emitOp1("max_backward", {a.inputs[0], a.outGrads[0]}, dimAttr(a.attrs), b.shapeOf(a.inputs[0]))};
 }
 std::vector<H> vjpSoftmax(GradBuilder& b, const VjpArgs& a) {
-    return {b.emit1("softmax_backward", {a.outputs[0], a.outGrads[0]}, dimAttr(a.attrs), b.shapeOf(a.inputs[0]))};
+    return {b.emitOp1("softmax_backward", {a.outputs[0], a.outGrads[0]}, dimAttr(a.attrs), b.shapeOf(a.inputs[0]))};
 }
 std::vector<H> vjpRmsNorm(GradBuilder& b, const VjpArgs& a) {
-    return b.emit("rmsnorm_backward", {a.inputs[0], a.inputs[1], a.outGrads[0]}, json{{"eps", a.attrs.at("eps")}},
+    return b.emitOp("rmsnorm_backward", {a.inputs[0], a.inputs[1], a.outGrads[0]}, json{{"eps", a.attrs.at("eps")}},
                   {b.shapeOf(a.inputs[0]), b.shapeOf(a.inputs[1])});
 }
 std::vector<H> vjpLayerNorm(GradBuilder& b, const VjpArgs& a) {
-    return b.emit("layernorm_backward", {a.inputs[0], a.inputs[1], a.outGrads[0]}, json{{"eps", a.attrs.at("eps")}},
+    return b.emitOp("layernorm_backward", {a.inputs[0], a.inputs[1], a.outGrads[0]}, json{{"eps", a.attrs.at("eps")}},
                   {b.shapeOf(a.inputs[0]), b.shapeOf(a.inputs[1]), b.shapeOf(a.inputs[2])});
 }
 std::vector<H> vjpReshape(GradBuilder& b, const VjpArgs& a) {
-    return {b.emit1("reshape", {a.outGrads[0]}, json::object(), b.shapeOf(a.inputs[0]))};
+    return {b.emitOp1("reshape", {a.outGrads[0]}, json::object(), b.shapeOf(a.inputs[0]))};
 }
 std::vector<H> vjpPermute(GradBuilder& b, const VjpArgs& a) {
     auto p = permOf(a.attrs, b.shapeOf(a.inputs[0]).size());
     std::vector<std::int64_t> inv(p.size());
     for (std::size_t i = 0; i < p.size(); ++i) inv[p[i]] = static_cast<std::int64_t>(i);
-    return {b.emit1("permute", {a.outGrads[0]}, json{{"dims", inv}}, b.shapeOf(a.inputs[0]))};
+    return {b.emitOp1("permute", {a.outGrads[0]}, json{{"dims", inv}}, b.shapeOf(a.inputs[0]))};
 }
 std::vector<H> vjpSlice(GradBuilder& b, const VjpArgs& a) {
-    return {b.emit1("slice_backward", {a.outGrads[0]}, a.attrs, b.shapeOf(a.inputs[0]))};
+    return {b.emitOp1("slice_backward", {a.outGrads[0]}, a.attrs, b.shapeOf(a.inputs[0]))};
 }
 std::vector<H> vjpSliceBackward(GradBuilder& b, const VjpArgs& a) {
-    return {b.emit1("slice", {a.outGrads[0]}, a.attrs, b.shapeOf(a.inputs[0]))};
+    return {b.emitOp1("slice", {a.outGrads[0]}, a.attrs, b.shapeOf(a.inputs[0]))};
 }
 std::vector<H> vjpConcat(GradBuilder& b, const VjpArgs& a) {
     std::vector<Shape> shapes;
@@ -1545,35 +1545,35 @@ std::vector<H> vjpConcat(GradBuilder& b, const VjpArgs& a) {
         shapes.push_back(b.shapeOf(h));
         sizes.push_back(shapes.back()[d]);
     }
-    return b.emit("split", {a.outGrads[0]}, json{{"dim", d}, {"sizes", sizes}}, shapes);
+    return b.emitOp("split", {a.outGrads[0]}, json{{"dim", d}, {"sizes", sizes}}, shapes);
 }
 std::vector<H> vjpSplit(GradBuilder& b, const VjpArgs& a) {
     std::vector<H> gs(a.outGrads.begin(), a.outGrads.end());
     for (std::size_t k = 0; k < gs.size(); ++k)
-        if (gs[k] < 0) gs[k] = b.emit1("zeros_like", {a.outputs[k]}, json::object(), b.shapeOf(a.outputs[k]));
-    return {b.emit1("concat", gs, json{{"dim", attrInt(a.attrs, "dim", 0)}}, b.shapeOf(a.inputs[0]))};
+        if (gs[k] < 0) gs[k] = b.emitOp1("zeros_like", {a.outputs[k]}, json::object(), b.shapeOf(a.outputs[k]));
+    return {b.emitOp1("concat", gs, json{{"dim", attrInt(a.attrs, "dim", 0)}}, b.shapeOf(a.inputs[0]))};
 }
 std::vector<H> vjpExpand(GradBuilder& b, const VjpArgs& a) { return {sumToShape(b, a.outGrads[0], b.shapeOf(a.inputs[0]))}; }
 std::vector<H> vjpSumTo(GradBuilder& b, const VjpArgs& a) {
-    return {b.emit1("expand", {a.outGrads[0]}, json::object(), b.shapeOf(a.inputs[0]))};
+    return {b.emitOp1("expand", {a.outGrads[0]}, json::object(), b.shapeOf(a.inputs[0]))};
 }
 std::vector<H> vjpChunk(GradBuilder& b, const VjpArgs& a) {
     const auto& full = b.shapeOf(a.inputs[0]);
     auto d = normDim(attrInt(a.attrs, "dim", 0), full.size());
     auto len = full[d] / attrInt(a.attrs, "parts", 1);
     auto start = attrInt(a.attrs, "index") * len;
-    return {b.emit1("slice_backward", {a.outGrads[0]}, json{{"dim", d}, {"start", start}, {"end", start + len}}, full)};
+    return {b.emitOp1("slice_backward", {a.outGrads[0]}, json{{"dim", d}, {"start", start}, {"end", start + len}}, full)};
 }
 std::vector<H> vjpEmbedding(GradBuilder& b, const VjpArgs& a) {
-    return {-1, b.emit1("embedding_backward", {a.inputs[0], a.outGrads[0]}, json::object(), b.shapeOf(a.inputs[1]))};
+    return {-1, b.emitOp1("embedding_backward", {a.inputs[0], a.outGrads[0]}, json::object(), b.shapeOf(a.inputs[1]))};
 }
 std::vector<H> vjpCrossEntropy(GradBuilder& b, const VjpArgs& a) {
-    return {b.emit1("cross_entropy_backward", {a.inputs[0], a.inputs[1], a.outGrads[0]}, json::object(),
+    return {b.emitOp1("cross_entropy_backward", {a.inputs[0], a.inputs[1], a.outGrads[0]}, json::object(),
                     b.shapeOf(a.inputs[0])),
             -1};
 }
 std::vector<H> vjpDropout(GradBuilder& b, const VjpArgs& a) {
-    return {b.emit1("dropout", {a.outGrads[0], a.inputs[1]}, a.attrs, b.shapeOf(a.inputs[0])), -1};
+    return {b.emitOp1("dropout", {a.outGrads[0], a.inputs[1]}, a.attrs, b.shapeOf(a.inputs[0])), -1};
 }
 
 template <class C>

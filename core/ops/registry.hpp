@@ -106,11 +106,11 @@ public:
     using Handle = std::int32_t;
     virtual ~GradBuilder() = default;
     /// Emits one op and returns the handles of its outputs, with the given output shapes.
-    virtual std::vector<Handle> emit(std::string_view op, std::vector<Handle> inputs, nlohmann::json attrs,
+    virtual std::vector<Handle> emitOp(std::string_view op, std::vector<Handle> inputs, nlohmann::json attrs,
                                      std::vector<Shape> outShapes) = 0;
-    virtual const Shape& shapeOf(Handle h) const = 0;
-    Handle emit1(std::string_view op, std::vector<Handle> inputs, nlohmann::json attrs, Shape outShape) {
-        return emit(op, std::move(inputs), std::move(attrs), {std::move(outShape)})[0];
+    virtual Shape shapeOf(Handle h) const = 0;
+    Handle emitOp1(std::string_view op, std::vector<Handle> inputs, nlohmann::json attrs, Shape outShape) {
+        return emitOp(op, std::move(inputs), std::move(attrs), {std::move(outShape)})[0];
     }
 };
 

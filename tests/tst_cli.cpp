@@ -1,0 +1,135 @@
+// The trainverify command line as CI uses it: verdict lines, exit codes, JSON reports, errors.
+#include <QtTest>
+
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QProcess>
+#include <QTemporaryDir>
+
+namespace {
+
+struct Run {
+    int exitCode = -1;
+    QString out, err;
+};
+
+Run trainverify(const QStringList& args) {
+    QProcess p;
+    p.start(QStringLiteral(TV_CLI), args);
+    p.waitForFinished(300000);
+    Run r;
+    r.exitCode = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
+    r.out = QString::fromUtf8(p.readAllStandardOutput());
+    r.err = QString::fromUtf8(p.readAllStandardError());
+    return r;
+}
+
+QString example(const char* name) { return QStringLiteral(TV_SOURCE_DIR "/resources/examples/") + QString::fromLatin1(name); }
+
+}  // namespace
+
+class TestCli : public QObject {
+    Q_OBJECT
+private slots:
+    void verdicts_data() {
+        QTest::addColumn<QString>("file");
+        QTest::addColumn<int>("exitCode");
+        QTest::addColumn<QString>("headline");
+        QTest::newRow("tp2") << example("mlp-tp2.json") << 0 << "EQUIVALENT:";
+        QTest::newRow("tp2 bug") << example("mlp-tp2-missing-allreduce.json") << 1 << "NOT EQUIVALENT:";
+        QTest::newRow("dp2 bug") << example("mlp-dp2-missing-average.json") << 1 << "NOT EQUIVALENT:";
+        QTest::newRow("pp2 bug") << example("mlp-pp2-crossed-sendrecv.json") << 1 << "NOT EQUIVALENT:";
+    }
+    void verdicts() {
+        QFETCH(QString, file);
+        QFETCH(int, exitCode);
+        QFETCH(QString, headline);
+        auto r = trainverify({"verify", file, "--jobs", "2"});
+        QCOMPARE(r.exitCode, exitCode);
+        QVERIFY2(r.out.startsWith(headline), qPrintable(r.out));
+    }
+
+    void jsonToStandardOutput() {
+        auto r = trainverify({"verify", example("mlp-pp2-crossed-sendrecv.json"), "--json", "-"});
+        QCOMPARE(r.exitCode, 1);
+        auto doc = QJsonDocument::fromJson(r.out.toUtf8());
+        QVERIFY2(doc.isObject(), qPrintable(r.out));
+        auto o = doc.object();
+        QCOMPARE(o["verdict"].toString(), QString("not_equivalent"));
+        QCOMPARE(o["failure"].toObject()["parallel_op"].toString(), QString("send_a.mb0"));
+        QCOMPARE(o["failure"].toObject()["rank"].toInt(), 1);
+        QCOMPARE(o["failure"].toObject()["microbatch"].toInt(), 0);
+        QVERIFY(o["stages"].toObject()["total"].toInt() > 0);
+    }
+
+    void jsonToFileAndStats() {
+        QTemporaryDir dir;
+        auto path = dir.filePath("report.json");
+        auto r = trainverify({"verify", example("mlp-dp2.json"), "--json", path, "--stats"});
+        QCOMPARE(r.exitCode, 0);
+        QVERIFY(r.out.contains("stages solved per second"));
+        QVERIFY(r.out.contains("peak memory"));
+        QFile f(path);
+        QVERIFY(f.open(QIODevice::ReadOnly));
+        auto o = QJsonDocument::fromJson(f.readAll()).object();
+        QCOMPARE(o["verdict"].toString(), QString("equivalent"));
+    }
+
+    void badInput_data() {
+        QTest::addColumn<QStringList>("args");
+        QTest::addColumn<QString>("contains");
+        QTest::newRow("missing file") << QStringList{"verify", "/no/such/plan.json"} << "/no/such/plan.json";
+        QTest::newRow("no command") << QStringList{} << "Usage";
+        QTest::newRow("unknown command") << QStringList{"prove"} << "unknown command";
+        QTest::newRow("unknown option") << QStringList{"verify", example("mlp-tp2.json"), "--fast"} << "unknown option --fast";
+        QTest::newRow("bad jobs") << QStringList{"verify", example("mlp-tp2.json"), "--jobs", "zero"} << "--jobs";
+        QTest::newRow("no plan") << QStringList{"verify"} << "needs a plan file";
+    }
+    void badInput() {
+        QFETCH(QStringList, args);
+        QFETCH(QString, contains);
+        auto r = trainverify(args);
+        QCOMPARE(r.exitCode, 3);
+        QVERIFY2((r.out + r.err).contains(contains), qPrintable(r.out + r.err));
+    }
+
+    void malformedPlanIsInvalid() {
+        QTemporaryDir dir;
+        auto path = dir.filePath("broken.json");
+        QFile f(path);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write("{\"format\": \"trainverify-plan\", \"version\": 1, \"logical\": ");
+        f.close();
+        auto r = trainverify({"verify", path});
+        QCOMPARE(r.exitCode, 3);
+        QVERIFY2(r.out.startsWith("INVALID:"), qPrintable(r.out));
+        QVERIFY(r.out.contains("broken.json"));
+        QVERIFY(r.out.contains("malformed JSON at line 1"));
+        auto j = trainverify({"verify", path, "--json", "-"});
+        QCOMPARE(j.exitCode, 3);
+        QCOMPARE(QJsonDocument::fromJson(j.out.toUtf8()).object()["verdict"].toString(), QString("invalid"));
+    }
+
+    void inspect() {
+        auto r = trainverify({"inspect", example("mlp-tp2.json")});
+        QCOMPARE(r.exitCode, 0);
+        for (const char* s : {"logical", "parallel", "ranks         2", "lineage", "stages", "all_reduce 1"})
+            QVERIFY2(r.out.contains(QString::fromLatin1(s)), s);
+        auto j = trainverify({"inspect", example("mlp-pp2.json"), "--json"});
+        auto o = QJsonDocument::fromJson(j.out.toUtf8()).object();
+        QCOMPARE(o["microbatches"].toInt(), 2);
+        QCOMPARE(o["mesh"].toObject()["pp"].toInt(), 2);
+    }
+
+    void helpAndVersion() {
+        auto h = trainverify({"--help"});
+        QCOMPARE(h.exitCode, 0);
+        QVERIFY(h.out.contains("trainverify verify PLAN.json"));
+        auto v = trainverify({"--version"});
+        QCOMPARE(v.exitCode, 0);
+        QVERIFY(v.out.startsWith("trainverify "));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestCli)
+#include "tst_cli.moc"

@@ -1,0 +1,364 @@
+// Every operator in the registry: its symbolic semantics (Z3 terms, uninterpreted functions
+// given their real meaning) agree with its concrete semantics at random points, and its backward
+// rule matches central finite differences of its forward.
+#include <QtTest>
+
+#include <random>
+#include <set>
+
+#include "ops/registry.hpp"
+
+using namespace tv;
+using json = nlohmann::json;
+
+namespace {
+
+struct OpCase {
+    std::string op;
+    std::vector<Shape> inputs;
+    std::vector<Shape> outputs;
+    json attrs = json::object();
+    bool positive = false;  ///< inputs must be positive (log, sqrt, ...)
+};
+
+std::vector<OpCase> cases() {
+    return {
+        {"add", {{2, 3}, {3}}, {{2, 3}}},
+        {"sub", {{2, 3}, {2, 1}}, {{2, 3}}},
+        {"mul", {{2, 3}, {2, 3}}, {{2, 3}}},
+        {"div", {{2, 3}, {1, 3}}, {{2, 3}}},
+        {"add_scalar", {{2, 3}}, {{2, 3}}, {{"value", "3/2"}}},
+        {"mul_scalar", {{2, 3}}, {{2, 3}}, {{"value", -2}}},
+        {"pow", {{2, 3}}, {{2, 3}}, {{"exponent", 3}}},
+        {"pow", {{2, 3}}, {{2, 3}}, {{"exponent", "1/2"}}, true},
+        {"pow", {{2, 2}}, {{2, 2}}, {{"exponent", -2}}},
+        {"neg", {{2, 3}}, {{2, 3}}},
+        {"exp", {{2, 3}}, {{2, 3}}},
+        {"log", {{2, 3}}, {{2, 3}}, json::object(), true},
+        {"sqrt", {{2, 3}}, {{2, 3}}, json::object(), true},
+        {"rsqrt", {{2, 3}}, {{2, 3}}, json::object(), true},
+        {"sigmoid", {{2, 3}}, {{2, 3}}},
+        {"tanh", {{2, 3}}, {{2, 3}}},
+        {"erf", {{2, 3}}, {{2, 3}}},
+        {"relu", {{2, 3}}, {{2, 3}}},
+        {"silu", {{2, 3}}, {{2, 3}}},
+        {"gelu", {{2, 3}}, {{2, 3}}},
+        {"identity", {{2, 3}}, {{2, 3}}},
+        {"relu_backward", {{2, 3}, {2, 3}}, {{2, 3}}},
+        {"sigmoid_backward", {{2, 3}, {2, 3}}, {{2, 3}}},
+        {"tanh_backward", {{2, 3}, {2, 3}}, {{2, 3}}},
+        {"silu_backward", {{2, 3}, {2, 3}}, {{2, 3}}},
+        {"gelu_backward", {{2, 3}, {2, 3}}, {{2, 3}}},
+        {"erf_backward", {{2, 3}, {2, 3}}, {{2, 3}}},
+        {"linear", {{2, 3}, {4, 3}}, {{2, 4}}},
+        {"linear", {{2, 3}, {4, 3}, {4}}, {{2, 4}}},
+        {"linear", {{2, 2, 3}, {4, 3}}, {{2, 2, 4}}},
+        {"matmul", {{2, 3}, {3, 4}}, {{2, 4}}},
+        {"matmul", {{3, 2}, {3, 4}}, {{2, 4}}, {{"transpose_a", true}}},
+        {"matmul", {{2, 3}, {4, 3}}, {{2, 4}}, {{"transpose_b", true}}},
+        {"matmul", {{3, 2}, {4, 3}}, {{2, 4}}, {{"transpose_a", true}, {"transpose_b", true}}},
+        {"matmul", {{2, 2, 3}, {2, 3, 4}}, {{2, 2, 4}}},
+        {"matmul", {{2, 2, 3}, {3, 4}}, {{2, 2, 4}}},
+        {"sum", {{2, 3, 4}}, {{2, 4}}, {{"dims", {1}}}},
+        {"sum", {{2, 3, 4}}, {{2, 1, 4}}, {{"dims", {1}}, {"keepdim", true}}},
+        {"sum", {{2, 3}}, {{}}},
+        {"mean", {{2, 3}}, {{2}}, {{"dims", {-1}}}},
+        {"mean", {{2, 3, 2}}, {{3}}, {{"dims", {0, 2}}}},
+        {"sum_backward", {{2, 4}}, {{2, 3, 4}}, {{"dims", {1}}}},
+        {"mean_backward", {{2}}, {{2, 3}}, {{"dims", {-1}}}},
+        {"max", {{2, 3}}, {{2}}, {{"dim", 1}}},
+        {"max", {{2, 3}}, {{1, 3}}, {{"dim", 0}, {"keepdim", true}}},
+        {"max_backward", {{2, 3}, {2}}, {{2, 3}}, {{"dim", 1}}},
+        {"softmax", {{2, 3}}, {{2, 3}}, {{"dim", -1}}},
+        {"softmax_backward", {{2, 3}, {2, 3}}, {{2, 3}}, {{"dim", -1}}},
+        {"rmsnorm", {{2, 4}, {4}}, {{2, 4}}, {{"eps", "1/100000"}}},
+        {"rmsnorm_backward", {{2, 4}, {4}, {2, 4}}, {{2, 4}, {4}}, {{"eps", "1/100000"}}},
+        {"layernorm", {{2, 4}, {4}, {4}}, {{2, 4}}, {{"eps", "1/100000"}}},
+        {"layernorm_backward", {{2, 4}, {4}, {2, 4}}, {{2, 4}, {4}, {4}}, {{"eps", "1/100000"}}},
+        {"reshape", {{2, 6}}, {{3, 4}}},
+        {"reshape", {{2, 6}}, {{2, 3, 2}}},
+        {"view", {{2, 6}}, {{12}}},
+        {"transpose", {{2, 3}}, {{3, 2}}, {{"dim0", 0}, {"dim1", 1}}},
+        {"permute", {{2, 3, 4}}, {{4, 2, 3}}, {{"dims", {2, 0, 1}}}},
+        {"slice", {{4, 3}}, {{2, 3}}, {{"dim", 0}, {"start", 1}, {"end", 3}}},
+        {"slice_backward", {{2, 3}}, {{4, 3}}, {{"dim", 0}, {"start", 1}, {"end", 3}}},
+        {"concat", {{2, 3}, {1, 3}}, {{3, 3}}, {{"dim", 0}}},
+        {"split", {{3, 3}}, {{1, 3}, {2, 3}}, {{"dim", 0}, {"sizes", {1, 2}}}},
+        {"chunk", {{4, 3}}, {{2, 3}}, {{"dim", 0}, {"parts", 2}, {"index", 1}}},
+        {"expand", {{1, 3}}, {{2, 3}}},
+        {"expand", {{3}}, {{2, 3}}},
+        {"sum_to", {{2, 3}}, {{1, 3}}},
+        {"zeros_like", {{2, 3}}, {{2, 3}}},
+        {"embedding", {{3}, {4, 2}}, {{3, 2}}},
+        {"embedding_backward", {{3}, {3, 2}}, {{4, 2}}},
+        {"cross_entropy", {{3, 4}, {3}}, {{}}},
+        {"cross_entropy_backward", {{3, 4}, {3}, {}}, {{3, 4}}},
+        {"dropout", {{2, 3}, {2, 3}}, {{2, 3}}, {{"p", "1/4"}}},
+        {"sgd", {{2, 3}, {2, 3}}, {{2, 3}}, {{"lr", "1/10"}, {"weight_decay", "1/100"}}},
+        {"adamw", {{2, 2}, {2, 2}, {2, 2}, {2, 2}}, {{2, 2}, {2, 2}, {2, 2}},
+         {{"lr", "1/1000"}, {"beta1", "9/10"}, {"beta2", "999/1000"}, {"eps", "1e-8"}, {"weight_decay", "1/100"}, {"step", 3}},
+         true},
+        {"all_reduce", {{2, 2}, {2, 2}}, {{2, 2}, {2, 2}}, {{"reduce", "sum"}}},
+        {"all_reduce", {{2, 2}, {2, 2}, {2, 2}}, {{2, 2}, {2, 2}, {2, 2}}, {{"reduce", "mean"}}},
+        {"all_gather", {{1, 2}, {1, 2}}, {{2, 2}, {2, 2}}, {{"dim", 0}}},
+        {"reduce_scatter", {{4, 2}, {4, 2}}, {{2, 2}, {2, 2}}, {{"dim", 0}}},
+        {"all_to_all", {{4, 2}, {4, 2}}, {{2, 4}, {2, 4}}, {{"split_dim", 0}, {"concat_dim", 1}}},
+        {"all_to_all", {{4, 2}, {4, 2}}, {{4, 2}, {4, 2}}, {{"split_dim", 0}, {"concat_dim", 0}}},
+        {"broadcast", {{2, 2}}, {{2, 2}, {2, 2}}},
+        {"send_recv", {{2, 2}}, {{2, 2}}},
+    };
+}
+
+std::string caseName(const OpCase& c, std::size_t i) { return c.op + "#" + std::to_string(i); }
+
+bool isIntInput(const OpSpec& s, std::size_t i) {
+    return std::find(s.intInputs.begin(), s.intInputs.end(), static_cast<int>(i)) != s.intInputs.end();
+}
+
+/// Random float inputs (away from 0, positive where the op needs it) and fixed index inputs.
+std::vector<Value<double>> makeInputs(const OpSpec& spec, const OpCase& c, std::mt19937& rng) {
+    std::uniform_real_distribution<double> mag(0.3, 1.7);
+    std::bernoulli_distribution sign(0.5);
+    std::vector<Value<double>> ins;
+    for (std::size_t i = 0; i < c.inputs.size(); ++i) {
+        Value<double> v;
+        v.shape = c.inputs[i];
+        auto n = numel(v.shape);
+        v.isInt = isIntInput(spec, i);
+        for (std::int64_t k = 0; k < n; ++k) {
+            if (v.isInt) v.iv.push_back((k * 3 + 1) % 4);
+            else v.v.push_back((c.positive || !sign(rng)) ? mag(rng) : -mag(rng));
+        }
+        ins.push_back(std::move(v));
+    }
+    return ins;
+}
+
+std::vector<Value<double>> runNum(const OpSpec& spec, const OpCase& c, const std::vector<Value<double>>& ins) {
+    std::vector<const Value<double>*> ptrs;
+    for (const auto& v : ins) ptrs.push_back(&v);
+    std::vector<Value<double>> outs(c.outputs.size());
+    for (std::size_t k = 0; k < outs.size(); ++k) outs[k].shape = c.outputs[k];
+    EvalContext ec{c.attrs, c.inputs, c.outputs};
+    NumAlgebra alg;
+    spec.evalNum(alg, ptrs, outs, ec);
+    return outs;
+}
+
+/// Records backward ops and evaluates them concretely as they are emitted.
+class ConcreteGradBuilder : public GradBuilder {
+public:
+    std::vector<Value<double>> values;
+    Handle add(Value<double> v) {
+        values.push_back(std::move(v));
+        return static_cast<Handle>(values.size() - 1);
+    }
+    std::vector<Handle> emitOp(std::string_view op, std::vector<Handle> inputs, json attrs, std::vector<Shape> outShapes) override {
+        const auto& reg = OpRegistry::instance();
+        auto kind = reg.find(op);
+        if (!kind) throw std::runtime_error("backward rule emitted unknown op " + std::string(op));
+        const auto& spec = reg.spec(*kind);
+        std::vector<Shape> inShapes;
+        std::vector<DType> types;
+        for (auto h : inputs) {
+            inShapes.push_back(values[h].shape);
+            types.push_back(values[h].isInt ? DType::Int : DType::Float);
+        }
+        auto err = checkOp(spec, attrs, inShapes, outShapes, types);
+        if (!err.empty()) throw std::runtime_error("backward rule emitted an ill-formed " + std::string(op) + ": " + err);
+        OpCase c{std::string(op), inShapes, outShapes, attrs};
+        std::vector<Value<double>> ins;
+        for (auto h : inputs) ins.push_back(values[h]);
+        auto outs = runNum(spec, c, ins);
+        std::vector<Handle> hs;
+        for (auto& o : outs) hs.push_back(add(std::move(o)));
+        return hs;
+    }
+    Shape shapeOf(Handle h) const override { return values[h].shape; }
+};
+
+}  // namespace
+
+class TestOperators : public QObject {
+    Q_OBJECT
+private slots:
+    void everyOperatorHasACase() {
+        std::set<std::string> covered;
+        for (const auto& c : cases()) covered.insert(c.op);
+        for (const auto& s : OpRegistry::instance().all())
+            QVERIFY2(covered.count(std::string(s.name)), ("no test case for operator " + std::string(s.name)).c_str());
+    }
+
+    void shapesAreWellFormed_data() { addRows(); }
+    void shapesAreWellFormed() {
+        QFETCH(int, index);
+        auto c = cases()[index];
+        const auto& spec = OpRegistry::instance().spec(*OpRegistry::instance().find(c.op));
+        std::vector<DType> types;
+        for (std::size_t i = 0; i < c.inputs.size(); ++i) types.push_back(isIntInput(spec, i) ? DType::Int : DType::Float);
+        auto err = checkOp(spec, c.attrs, c.inputs, c.outputs, types);
+        QVERIFY2(err.empty(), err.c_str());
+        // A wrong output shape must be rejected by the same rule.
+        if (!c.outputs[0].empty()) {
+            auto bad = c.outputs;
+            for (auto& d : bad[0]) d += 1;
+            QVERIFY2(!checkOp(spec, c.attrs, c.inputs, bad, types).empty(), "a wrong output shape was accepted");
+        }
+    }
+
+    void symbolicMatchesConcrete_data() { addRows(); }
+    void symbolicMatchesConcrete() {
+        QFETCH(int, index);
+        auto c = cases()[index];
+        const auto& spec = OpRegistry::instance().spec(*OpRegistry::instance().find(c.op));
+        std::mt19937 rng(1000 + index);
+        for (int trial = 0; trial < 3; ++trial) {
+            auto ins = makeInputs(spec, c, rng);
+            auto expected = runNum(spec, c, ins);
+            z3::context ctx;
+            SymAlgebra alg(ctx);
+            std::map<std::string, double> assignment;
+            std::vector<Value<z3::expr>> sins;
+            for (std::size_t i = 0; i < ins.size(); ++i) {
+                Value<z3::expr> v;
+                v.shape = ins[i].shape;
+                v.isInt = ins[i].isInt;
+                v.iv = ins[i].iv;
+                for (std::size_t k = 0; k < ins[i].v.size(); ++k) {
+                    auto name = "in" + std::to_string(i) + "_" + std::to_string(k);
+                    v.v.push_back(ctx.real_const(name.c_str()));
+                    assignment[name] = ins[i].v[k];
+                }
+                sins.push_back(v);
+            }
+            std::vector<const Value<z3::expr>*> ptrs;
+            for (const auto& v : sins) ptrs.push_back(&v);
+            std::vector<Value<z3::expr>> outs(c.outputs.size());
+            for (std::size_t k = 0; k < outs.size(); ++k) outs[k].shape = c.outputs[k];
+            EvalContext ec{c.attrs, c.inputs, c.outputs};
+            spec.evalSym(alg, ptrs, outs, ec);
+            for (std::size_t k = 0; k < outs.size(); ++k) {
+                auto isInt = !expected[k].iv.empty() || expected[k].isInt;
+                if (isInt) {
+                    QCOMPARE(outs[k].iv, expected[k].iv);
+                    continue;
+                }
+                QCOMPARE(outs[k].v.size(), expected[k].v.size());
+                QCOMPARE(static_cast<std::int64_t>(outs[k].v.size()), numel(c.outputs[k]));
+                for (std::size_t e = 0; e < outs[k].v.size(); ++e) {
+                    double got = evaluateTerm(outs[k].v[e], [&](const std::string& n) { return assignment.at(n); });
+                    double want = expected[k].v[e];
+                    QVERIFY2(std::abs(got - want) <= 1e-9 * (1 + std::abs(want)),
+                             (c.op + " output " + std::to_string(k) + "[" + std::to_string(e) + "]: symbolic " +
+                              std::to_string(got) + " vs concrete " + std::to_string(want)).c_str());
+                }
+            }
+        }
+    }
+
+    void backwardMatchesFiniteDifferences_data() {
+        QTest::addColumn<int>("index");
+        auto cs = cases();
+        for (std::size_t i = 0; i < cs.size(); ++i) {
+            const auto& spec = OpRegistry::instance().spec(*OpRegistry::instance().find(cs[i].op));
+            if (spec.vjp) QTest::newRow(caseName(cs[i], i).c_str()) << static_cast<int>(i);
+        }
+    }
+    void backwardMatchesFiniteDifferences() {
+        QFETCH(int, index);
+        auto c = cases()[index];
+        const auto& spec = OpRegistry::instance().spec(*OpRegistry::instance().find(c.op));
+        std::mt19937 rng(7000 + index);
+        auto ins = makeInputs(spec, c, rng);
+        auto outs = runNum(spec, c, ins);
+        std::uniform_real_distribution<double> u(-1, 1);
+        std::vector<Value<double>> dys;
+        for (const auto& o : outs) {
+            Value<double> dy;
+            dy.shape = o.shape;
+            for (std::size_t k = 0; k < o.v.size(); ++k) dy.v.push_back(u(rng));
+            dys.push_back(dy);
+        }
+        ConcreteGradBuilder b;
+        std::vector<GradBuilder::Handle> hin, hout, hdy;
+        for (const auto& v : ins) hin.push_back(b.add(v));
+        for (const auto& v : outs) hout.push_back(b.add(v));
+        for (const auto& v : dys) hdy.push_back(b.add(v));
+        VjpArgs args{hin, hout, hdy, c.attrs};
+        auto grads = spec.vjp(b, args);
+        QCOMPARE(grads.size(), ins.size());
+        auto objective = [&](const std::vector<Value<double>>& x) {
+            auto o = runNum(spec, c, x);
+            double s = 0;
+            for (std::size_t k = 0; k < o.size(); ++k)
+                for (std::size_t e = 0; e < o[k].v.size(); ++e) s += dys[k].v[e] * o[k].v[e];
+            return s;
+        };
+        for (std::size_t i = 0; i < ins.size(); ++i) {
+            if (grads[i] < 0) {
+                QVERIFY2(ins[i].isInt || c.op == "dropout", "a float input has no gradient");
+                continue;
+            }
+            const auto& g = b.values[grads[i]];
+            QCOMPARE(g.shape, ins[i].shape);
+            for (std::size_t e = 0; e < ins[i].v.size(); ++e) {
+                const double h = 1e-6;
+                auto plus = ins, minus = ins;
+                plus[i].v[e] += h;
+                minus[i].v[e] -= h;
+                double fd = (objective(plus) - objective(minus)) / (2 * h);
+                QVERIFY2(std::abs(fd - g.v[e]) <= 1e-5 * (1 + std::abs(fd)),
+                         (c.op + " d/dinput" + std::to_string(i) + "[" + std::to_string(e) + "]: backward " +
+                          std::to_string(g.v[e]) + " vs finite difference " + std::to_string(fd)).c_str());
+            }
+        }
+    }
+
+    void collectivesMoveTheRightData() {
+        // all_to_all: member i's output is chunk i of every member's input, concatenated.
+        const auto& reg = OpRegistry::instance();
+        OpCase c{"all_to_all", {{4, 1}, {4, 1}}, {{2, 2}, {2, 2}}, {{"split_dim", 0}, {"concat_dim", 1}}};
+        std::vector<Value<double>> ins(2);
+        ins[0].shape = ins[1].shape = {4, 1};
+        ins[0].v = {0, 1, 2, 3};
+        ins[1].v = {10, 11, 12, 13};
+        auto outs = runNum(reg.spec(*reg.find("all_to_all")), c, ins);
+        QCOMPARE(outs[0].v, (std::vector<double>{0, 10, 1, 11}));
+        QCOMPARE(outs[1].v, (std::vector<double>{2, 12, 3, 13}));
+        OpCase rs{"reduce_scatter", {{4}, {4}}, {{2}, {2}}, {{"dim", 0}}};
+        ins[0].shape = ins[1].shape = {4};
+        outs = runNum(reg.spec(*reg.find("reduce_scatter")), rs, ins);
+        QCOMPARE(outs[0].v, (std::vector<double>{10, 12}));
+        QCOMPARE(outs[1].v, (std::vector<double>{14, 16}));
+        OpCase ag{"all_gather", {{2}, {2}}, {{4}, {4}}, {{"dim", 0}}};
+        ins[0].shape = ins[1].shape = {2};
+        ins[0].v = {1, 2};
+        ins[1].v = {3, 4};
+        outs = runNum(reg.spec(*reg.find("all_gather")), ag, ins);
+        QCOMPARE(outs[1].v, (std::vector<double>{1, 2, 3, 4}));
+    }
+
+    void crossEntropyIsTheRealLoss() {
+        const auto& reg = OpRegistry::instance();
+        OpCase c{"cross_entropy", {{2, 2}, {2}}, {{}}};
+        std::vector<Value<double>> ins(2);
+        ins[0].shape = {2, 2};
+        ins[0].v = {0, 0, 1, 2};
+        ins[1].shape = {2};
+        ins[1].isInt = true;
+        ins[1].iv = {0, 1};
+        auto outs = runNum(reg.spec(*reg.find("cross_entropy")), c, ins);
+        double want = (std::log(2.0) + (std::log(std::exp(1.0) + std::exp(2.0)) - 2.0)) / 2;
+        QVERIFY(std::abs(outs[0].v[0] - want) < 1e-12);
+    }
+
+private:
+    void addRows() {
+        QTest::addColumn<int>("index");
+        auto cs = cases();
+        for (std::size_t i = 0; i < cs.size(); ++i) QTest::newRow(caseName(cs[i], i).c_str()) << static_cast<int>(i);
+    }
+};
+
+QTEST_APPLESS_MAIN(TestOperators)
+#include "tst_operators.moc"

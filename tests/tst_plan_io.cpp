@@ -1,0 +1,178 @@
+// Plan file format v1: every bundled example round-trips exactly, and every kind of bad input
+// is reported with its JSON path and a reason, never a crash.
+#include <QtTest>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+#include "io/plan_json.hpp"
+
+using namespace tv;
+using json = nlohmann::json;
+
+namespace {
+
+std::string examplesDir() { return std::string(TV_SOURCE_DIR) + "/resources/examples"; }
+
+json loadJson(const std::string& name) {
+    std::ifstream in(examplesDir() + "/" + name);
+    return json::parse(in);
+}
+
+using Mutation = std::function<void(json&)>;
+
+}  // namespace
+
+Q_DECLARE_METATYPE(Mutation)
+
+class TestPlanIo : public QObject {
+    Q_OBJECT
+private slots:
+    void roundTrip_data() {
+        QTest::addColumn<QString>("file");
+        for (const auto& e : std::filesystem::directory_iterator(examplesDir()))
+            if (e.path().extension() == ".json")
+                QTest::newRow(e.path().filename().string().c_str()) << QString::fromStdString(e.path().string());
+    }
+    void roundTrip() {
+        QFETCH(QString, file);
+        auto first = readPlanFile(file.toStdString());
+        QVERIFY2(first.ok(), first.problems.empty() ? "?" : first.problems[0].toString().c_str());
+        auto text1 = writePlanText(*first.plan);
+        auto second = readPlanText(text1);
+        QVERIFY2(second.ok(), second.problems.empty() ? "?" : second.problems[0].toString().c_str());
+        auto text2 = writePlanText(*second.plan);
+        QCOMPARE(QString::fromStdString(text2), QString::fromStdString(text1));
+        // The model survives: same counts, same lineage, same names.
+        const auto& a = *first.plan;
+        const auto& b = *second.plan;
+        QCOMPARE(a.logical.ops.size(), b.logical.ops.size());
+        QCOMPARE(a.parallel.tensors.size(), b.parallel.tensors.size());
+        QCOMPARE(a.lineage.size(), b.lineage.size());
+        for (std::size_t r = 0; r < a.lineage.size(); ++r) {
+            QCOMPARE(a.lineage[r].slices.size(), b.lineage[r].slices.size());
+            for (std::size_t s = 0; s < a.lineage[r].slices.size(); ++s) {
+                QVERIFY(a.lineage[r].slices[s].box == b.lineage[r].slices[s].box);
+                QCOMPARE(a.lineage[r].slices[s].copies.size(), b.lineage[r].slices[s].copies.size());
+            }
+        }
+        QCOMPARE(a.ranks.size(), b.ranks.size());
+        QCOMPARE(a.microbatches, b.microbatches);
+    }
+
+    void problems_data() {
+        QTest::addColumn<QString>("base");
+        QTest::addColumn<Mutation>("mutate");
+        QTest::addColumn<QString>("path");
+        QTest::addColumn<QString>("message");
+        auto row = [](const char* name, const char* base, Mutation m, const char* path, const char* msg) {
+            QTest::newRow(name) << QString(base) << m << QString(path) << QString(msg);
+        };
+        const char* tp = "mlp-tp2.json";
+        const char* dp = "mlp-dp2.json";
+        row("wrong format", tp, [](json& j) { j["format"] = "onnx"; }, "/format", "expected \"trainverify-plan\"");
+        row("future version", tp, [](json& j) { j["version"] = 2; }, "/version", "unsupported version 2");
+        row("unknown top-level key", tp, [](json& j) { j["extra"] = 1; }, "/extra", "unknown top-level key");
+        row("unknown op", tp, [](json& j) { j["logical"]["ops"][0]["op"] = "linearr"; }, "/logical/ops/0/op", "unknown op \"linearr\"");
+        row("wrong arity", tp, [](json& j) { j["logical"]["ops"][1]["inputs"].push_back("x"); }, "/logical/ops/1", "relu takes 1 inputs");
+        row("missing attribute", tp, [](json& j) { j["logical"]["ops"][9]["attrs"].erase("lr"); }, "/logical/ops/9", "missing attribute \"lr\"");
+        row("unknown attribute", tp, [](json& j) { j["logical"]["ops"][9]["attrs"]["momentum"] = 1; }, "/logical/ops/9", "unknown attribute \"momentum\"");
+        row("bad attribute value", tp, [](json& j) { j["logical"]["ops"][9]["attrs"]["lr"] = "fast"; }, "/logical/ops/9", "attribute lr must be a number");
+        row("shape mismatch", tp, [](json& j) { j["logical"]["tensors"][5]["shape"] = json::array({8, 15}); }, "/logical/ops/0", "shape mismatch");
+        row("dangling tensor", tp, [](json& j) { j["logical"]["ops"][0]["inputs"][0] = "y"; }, "/logical/ops/0/inputs/0", "dangling tensor id \"y\"");
+        row("duplicate tensor", tp, [](json& j) { j["logical"]["tensors"].push_back(j["logical"]["tensors"][0]); }, "/logical/tensors/16/id", "duplicate tensor id \"x\"");
+        row("produced twice", tp, [](json& j) { j["logical"]["ops"][1]["outputs"][0] = "h"; }, "/logical/ops/1/outputs/0", "already produced by op \"fc1\"");
+        row("cycle", tp, [](json& j) { j["logical"]["ops"][1]["inputs"][0] = "a"; }, "/logical/ops", "cycle through ops \"act\"");
+        row("collective in logical plan", tp, [](json& j) { j["logical"]["ops"][1]["op"] = "all_reduce"; }, "/logical/ops/1/op", "belongs in the parallel plan");
+        row("tensor rank out of range", tp, [](json& j) { j["parallel"]["tensors"][0]["rank"] = 5; }, "/parallel/tensors/0/rank", "must be in [0, 1]");
+        row("op rank out of range", tp, [](json& j) { j["parallel"]["ops"][0]["rank"] = 2; }, "/parallel/ops/0/rank", "must be in [0, 1]");
+        row("op on the wrong rank", tp, [](json& j) { j["parallel"]["ops"][0]["rank"] = 1; }, "/parallel/ops/0/inputs/0", "runs on rank 1, but its input \"x@r0\" is on rank 0");
+        row("group repeats a rank", tp, [](json& j) { j["parallel"]["ops"][6]["group"] = json::array({0, 0}); }, "/parallel/ops/6/group/1", "appears twice");
+        row("group in the wrong order", tp, [](json& j) { j["parallel"]["ops"][6]["group"] = json::array({1, 0}); }, "/parallel/ops/6/inputs/0", "group position 0 is rank 1");
+        row("group out of range", tp, [](json& j) { j["parallel"]["ops"][6]["group"] = json::array({0, 7}); }, "/parallel/ops/6/group/1", "rank out of range");
+        row("collective arity", tp, [](json& j) { j["parallel"]["ops"][6]["outputs"].erase(1); }, "/parallel/ops/6", "takes 2 inputs and 2 outputs");
+        row("microbatch out of range", tp, [](json& j) { j["parallel"]["tensors"][0]["microbatch"] = 3; }, "/parallel/tensors/0/microbatch", "must be in [0, 0]");
+        row("lineage out of bounds", tp, [](json& j) { j["lineage"][2]["slices"][1]["box"][0] = json::array({8, 17}); }, "/lineage/2/slices/1/box/0", "out of bounds");
+        row("lineage overlap", tp, [](json& j) { j["lineage"][2]["slices"][1]["box"][0] = json::array({4, 12}); }, "/lineage/2/slices/1", "overlaps slice 0");
+        row("lineage hole", tp, [](json& j) { j["lineage"][2]["slices"].erase(1); }, "/lineage/2/slices", "leave holes");
+        row("lineage shape", tp, [](json& j) { j["lineage"][0]["slices"][0]["copies"][0][0] = "logits@r0"; }, "/lineage/0/slices/0/copies/0/0", "has shape [8, 4], but the slice");
+        row("lineage dangling", tp, [](json& j) { j["lineage"][0]["logical"] = "nope"; }, "/lineage/0/logical", "dangling logical tensor id");
+        row("lineage bad coeff", dp, [](json& j) { j["lineage"][8]["slices"][0]["copies"][0][0]["coeff"] = "1/0"; }, "/lineage/8/slices/0/copies/0/0/coeff", "coeff must be");
+        row("int lineage with coefficient", dp, [](json& j) { j["lineage"][1]["slices"][0]["copies"][0][0] = json{{"tensor", "labels@r0"}, {"coeff", "2"}}; }, "/lineage/1/slices/0/copies/0", "single tensors with coefficient 1");
+        row("parallel tensor in two records", tp, [](json& j) { j["lineage"][0]["slices"][0]["copies"].push_back(json::array({"x@r0"})); }, "/lineage/0/slices/0/copies/2/0", "already appears");
+        row("not an object", tp, [](json& j) { j = json::array(); }, "", "must hold a JSON object");
+        row("shape not integers", tp, [](json& j) { j["logical"]["tensors"][0]["shape"] = json::array({8, "8"}); }, "/logical/tensors/0/shape/1", "positive integers");
+        row("zero dim", tp, [](json& j) { j["logical"]["tensors"][0]["shape"] = json::array({0, 8}); }, "/logical/tensors/0/shape/0", "positive integers");
+        row("unknown role", tp, [](json& j) { j["logical"]["tensors"][0]["role"] = "data"; }, "/logical/tensors/0/role", "unknown role");
+    }
+    void problems() {
+        QFETCH(QString, base);
+        QFETCH(Mutation, mutate);
+        QFETCH(QString, path);
+        QFETCH(QString, message);
+        auto doc = loadJson(base.toStdString());
+        mutate(doc);
+        auto res = readPlanJson(doc);
+        QVERIFY2(!res.ok(), "a broken plan was accepted");
+        QVERIFY(!res.problems.empty());
+        QVERIFY(res.problems.size() <= kMaxProblems);
+        bool found = false;
+        std::string all;
+        for (const auto& p : res.problems) {
+            all += p.toString() + "\n";
+            if (p.path.rfind(path.toStdString(), 0) == 0 && p.message.find(message.toStdString()) != std::string::npos) found = true;
+        }
+        QVERIFY2(found, ("expected a problem at " + path.toStdString() + " saying \"" + message.toStdString() + "\", got:\n" + all).c_str());
+    }
+
+    void malformedJsonNamesLineAndColumn() {
+        auto res = readPlanText("{\n  \"format\": \"trainverify-plan\",\n  \"version\": 1,,\n}");
+        QVERIFY(!res.ok());
+        QVERIFY2(res.problems[0].message.find("malformed JSON at line 3") != std::string::npos, res.problems[0].message.c_str());
+    }
+
+    void missingFile() {
+        auto res = readPlanFile("/nonexistent/plan.json");
+        QVERIFY(!res.ok());
+        QVERIFY(res.problems[0].message.find("cannot open") != std::string::npos);
+    }
+
+    /// Replaces every value in an example, one at a time, with values of the wrong type: the
+    /// reader must answer (accept or report), never throw or crash.
+    void neverCrashesOnWrongTypes() {
+        auto doc = loadJson("mlp-pp2.json");
+        std::vector<json::json_pointer> pointers;
+        std::function<void(const json&, const json::json_pointer&)> walk = [&](const json& j, const json::json_pointer& p) {
+            pointers.push_back(p);
+            if (j.is_object())
+                for (auto it = j.begin(); it != j.end(); ++it) walk(it.value(), p / it.key());
+            else if (j.is_array())
+                for (std::size_t i = 0; i < j.size() && i < 3; ++i) walk(j[i], p / i);
+        };
+        walk(doc, json::json_pointer());
+        const std::vector<json> replacements = {nullptr, "x", -1, 0, 1.5, json::array(), json::object(), json::array({-3, 2}), true};
+        std::size_t rejected = 0, tried = 0;
+        for (const auto& p : pointers) {
+            if (p.empty()) continue;
+            for (const auto& r : replacements) {
+                auto copy = doc;
+                copy[p] = r;
+                try {
+                    auto res = readPlanJson(copy);
+                    rejected += res.ok() ? 0 : 1;
+                    if (!res.ok()) QVERIFY(!res.problems.front().message.empty());
+                } catch (const std::exception& e) {
+                    QFAIL(("reader threw on " + p.to_string() + " = " + r.dump() + ": " + e.what()).c_str());
+                }
+                ++tried;
+            }
+        }
+        QVERIFY(tried > 1000);
+        QVERIFY(rejected > tried / 2);
+    }
+};
+
+QTEST_APPLESS_MAIN(TestPlanIo)
+#include "tst_plan_io.moc"
