@@ -80,6 +80,15 @@ private:
         return true;
     }
 
+    void rejectUnknownKeys(const json& obj, const std::string& path, std::initializer_list<const char*> known, const char* what) {
+        if (!obj.is_object()) return;
+        for (auto it = obj.begin(); it != obj.end(); ++it) {
+            bool ok = false;
+            for (const char* k : known) ok = ok || it.key() == k;
+            if (!ok) fail(path + "/" + it.key(), std::string("unknown ") + what + " key \"" + it.key() + "\"");
+        }
+    }
+
     void readAll() {
         if (!doc_.is_object()) {
             fail("", "a plan file must hold a JSON object");
@@ -104,6 +113,8 @@ private:
         auto* logical = objectMember(doc_, "logical", "");
         auto* parallel = objectMember(doc_, "parallel", "");
         if (!logical || !parallel) return;
+        rejectUnknownKeys(*logical, "/logical", {"tensors", "ops"}, "logical plan");
+        rejectUnknownKeys(*parallel, "/parallel", {"tensors", "ops", "mesh", "microbatches", "ranks"}, "parallel plan");
         readMesh(*parallel);
         if (bad()) return;
         readGraph(*logical, "/logical", plan_->logical, false);
@@ -140,6 +151,7 @@ private:
                 std::int64_t id = -1;
                 if (intMember(r, "rank", path, id, true, 0, (1 << 24)) && id != static_cast<std::int64_t>(i))
                     fail(path + "/rank", "ranks must be listed in order: expected rank " + std::to_string(i) + ", got " + std::to_string(id));
+                rejectUnknownKeys(r, path, {"rank", "dp", "tp", "pp", "sp", "cp", "ep"}, "rank");
                 RankInfo info;
                 for (auto a : kAxes) {
                     std::int64_t c = 0;
@@ -150,6 +162,10 @@ private:
                 plan_->ranks.push_back(info);
             }
         } else {
+            if (mesh.at(Axis::SP) > 1 || mesh.at(Axis::CP) > 1 || mesh.at(Axis::EP) > 1) {
+                fail("/parallel", "the mesh uses sp, cp or ep: list the \"ranks\" with their coordinates explicitly");
+                return;
+            }
             // Derived from the mesh: dp outermost, then pp, then tp (innermost), as nnScaler numbers them.
             std::int64_t n = std::int64_t(mesh.at(Axis::DP)) * mesh.at(Axis::PP) * mesh.at(Axis::TP);
             if (n > (1 << 24)) {
@@ -207,6 +223,11 @@ private:
                     shape.push_back(v.get<std::int64_t>());
                 }
             }
+            {
+                long double n = 1;
+                for (auto d : shape) n *= static_cast<long double>(d);
+                if (n > static_cast<long double>(std::int64_t(1) << 62)) fail(path + "/shape", "tensor \"" + name + "\" has more than 2^62 elements");
+            }
             info.shape = plan_->internShape(shape);
             if (auto* r = stringMember(t, "role", path, false)) {
                 if (!parseRole(r->get<std::string>(), info.role))
@@ -248,6 +269,10 @@ private:
             auto* kindName = stringMember(o, "op", path);
             if (!id || !kindName) continue;
             auto name = id->get<std::string>();
+            if (name.empty()) {
+                fail(path + "/id", "op id is empty");
+                continue;
+            }
             OpInfo info;
             info.name = plan_->names.intern(name);
             std::string who = "op \"" + name + "\"";
@@ -331,7 +356,7 @@ private:
                     if (bad() && group.empty()) continue;
                     int n = static_cast<int>(group.size());
                     if (static_cast<int>(ins.size()) != spec.collectiveInputs(n) || static_cast<int>(outs.size()) != spec.collectiveOutputs(n)) {
-                        fail(path, who + ": a " + std::string(spec.name) + " over " + std::to_string(n) + " ranks takes " +
+                        fail(path, who + ": " + std::string(spec.name) + " over " + std::to_string(n) + " ranks takes " +
                                        std::to_string(spec.collectiveInputs(n)) + " inputs and " +
                                        std::to_string(spec.collectiveOutputs(n)) + " outputs, got " +
                                        std::to_string(ins.size()) + " and " + std::to_string(outs.size()));
@@ -450,6 +475,7 @@ private:
                 fail(path, "a lineage record must be an object");
                 continue;
             }
+            rejectUnknownKeys(r, path, {"logical", "slices"}, "lineage record");
             auto* ln = stringMember(r, "logical", path);
             auto* slices = arrayMember(r, "slices", path);
             if (!ln || !slices) continue;
@@ -469,6 +495,7 @@ private:
                     fail(sp, who + ": a slice must be an object");
                     continue;
                 }
+                rejectUnknownKeys(sj, sp, {"box", "copies"}, "slice");
                 LineageSlice slice;
                 auto* box = arrayMember(sj, "box", sp);
                 auto* copies = arrayMember(sj, "copies", sp);
@@ -515,6 +542,7 @@ private:
                         if (tj.is_string()) {
                             tname = tj.get<std::string>();
                         } else if (tj.is_object() && tj.contains("tensor") && tj["tensor"].is_string()) {
+                            rejectUnknownKeys(tj, tp, {"tensor", "coeff"}, "term");
                             tname = tj["tensor"].get<std::string>();
                             if (tj.contains("coeff")) {
                                 const auto& cv = tj["coeff"];
@@ -621,6 +649,7 @@ PlanLoadResult readPlanText(const std::string& text) {
         PlanLoadResult r;
         std::string what = e.what();
         if (auto p = what.find("parse error"); p != std::string::npos) what = what.substr(p);
+        if (auto p = what.find(" - "); p != std::string::npos) what = what.substr(p + 3);
         r.problems.push_back({"", "malformed JSON at " + lineColumn(text, e.byte ? e.byte - 1 : 0) + ": " + what});
         return r;
     }

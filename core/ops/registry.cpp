@@ -14,7 +14,8 @@ void ConcreteShapes::eq(D a, D b, const std::string& what) {
 }
 void ConcreteShapes::ratio(D part, D whole, std::int64_t num, std::int64_t den, const std::string& what) {
     if (part * den != whole * num && error.empty())
-        error = what + ": expected " + std::to_string(whole * num / (den ? den : 1)) + ", got " + std::to_string(part);
+        error = what + ": " + std::to_string(part) + " is not " + std::to_string(num) + "/" + std::to_string(den) + " of " +
+                std::to_string(whole);
 }
 bool ConcreteShapes::require(bool ok, const std::string& what) {
     if (!ok && error.empty()) error = what;
@@ -1605,8 +1606,43 @@ void setEval(OpSpec& s) {
 }
 
 std::string checkReduceAttr(const json& a, std::size_t, std::size_t) {
-    auto v = a.value("reduce", std::string("sum"));
-    return v == "sum" || v == "mean" ? std::string() : "attribute reduce must be \"sum\" or \"mean\"";
+    if (!a.contains("reduce")) return {};
+    const auto& v = a["reduce"];
+    return v.is_string() && (v == "sum" || v == "mean") ? std::string() : "attribute reduce must be \"sum\" or \"mean\"";
+}
+
+/// Attribute value types by name, shared by every operator.
+std::string checkAttrTypes(const json& a, std::size_t rank) {
+    static const char* ints[] = {"dim", "dim0", "dim1", "start", "end", "parts", "index", "split_dim", "concat_dim", "step"};
+    static const char* dimKeys[] = {"dim", "dim0", "dim1", "split_dim", "concat_dim"};
+    static const char* bools[] = {"keepdim", "transpose_a", "transpose_b"};
+    static const char* lists[] = {"dims", "sizes"};
+    auto r = static_cast<std::int64_t>(rank);
+    for (const char* k : ints)
+        if (a.contains(k) && !a[k].is_number_integer()) return std::string("attribute ") + k + " must be an integer";
+    for (const char* k : dimKeys)
+        if (a.contains(k)) {
+            auto d = a[k].get<std::int64_t>();
+            if (d < -r || d >= std::max<std::int64_t>(r, 1)) return std::string("attribute ") + k + " = " + std::to_string(d) + " is out of range for rank " + std::to_string(r);
+        }
+    for (const char* k : bools)
+        if (a.contains(k) && !a[k].is_boolean()) return std::string("attribute ") + k + " must be true or false";
+    for (const char* k : lists) {
+        if (!a.contains(k)) continue;
+        if (!a[k].is_array()) return std::string("attribute ") + k + " must be an array of integers";
+        for (const auto& v : a[k])
+            if (!v.is_number_integer()) return std::string("attribute ") + k + " must be an array of integers";
+    }
+    if (a.contains("dims")) {
+        for (const auto& v : a["dims"]) {
+            auto d = v.get<std::int64_t>();
+            if (d < -r || d >= r) return "attribute dims has " + std::to_string(d) + ", out of range for rank " + std::to_string(r);
+        }
+    }
+    if (a.contains("sizes"))
+        for (const auto& v : a["sizes"])
+            if (v.get<std::int64_t>() < 1) return "attribute sizes must be positive";
+    return {};
 }
 std::string checkRationalAttrs(const json& a, std::size_t, std::size_t) {
     for (const char* k : {"value", "exponent", "eps", "p", "lr", "beta1", "beta2", "weight_decay"})
@@ -1729,7 +1765,7 @@ OpRegistry::OpRegistry() {
     { auto* s = generic("chunk", OpClass::Movement, 1, 1, 1, ChunkOp{}, vjpChunk, "part index of parts equal parts along dim (a local shard)", {"dim", "parts", "index"}); TV_SHAPE(*s, shapeChunk); }
     { auto* s = generic("expand", OpClass::Movement, 1, 1, 1, ExpandOp{}, vjpExpand, "broadcast to the output tensor's shape"); TV_SHAPE(*s, shapeExpand); }
     { auto* s = generic("sum_to", OpClass::Reduction, 1, 1, 1, SumToOp{}, vjpSumTo, "sum a broadcast gradient down to the output tensor's shape"); TV_SHAPE(*s, shapeSumTo); }
-    { auto* s = generic("zeros_like", OpClass::Movement, 1, 1, 1, ZerosLikeOp{}, nullptr, "zeros of the input's shape"); TV_SHAPE(*s, shapeZerosLike); }
+    { auto* s = generic("zeros_like", OpClass::Elementwise, 1, 1, 1, ZerosLikeOp{}, nullptr, "zeros of the input's shape"); TV_SHAPE(*s, shapeZerosLike); }
     { auto* s = generic("embedding", OpClass::Compute, 2, 2, 1, EmbeddingOp{}, vjpEmbedding, "(ids, weight) -> weight[ids]"); s->intInputs = {0}; TV_SHAPE(*s, shapeEmbedding); }
     { auto* s = generic("embedding_backward", OpClass::Compute, 2, 2, 1, EmbeddingBackwardOp{}, nullptr, "(ids, dy) -> scatter-add of dy rows into [vocab, hidden]"); s->intInputs = {0}; TV_SHAPE(*s, shapeEmbeddingBackward); }
     { auto* s = generic("cross_entropy", OpClass::Loss, 2, 2, 1, CrossEntropyOp{}, vjpCrossEntropy, "(logits, labels) -> mean of log-sum-exp minus the label logit"); s->intInputs = {1}; TV_SHAPE(*s, shapeCrossEntropy); }
@@ -1775,9 +1811,23 @@ std::string checkOp(const OpSpec& spec, const json& attrs, const std::vector<Sha
                      std::find(spec.optionalAttrs.begin(), spec.optionalAttrs.end(), it.key()) != spec.optionalAttrs.end();
         if (!known) return "unknown attribute \"" + it.key() + "\" for " + std::string(spec.name);
     }
+    std::size_t rank = 0;
+    if (!inputs.empty()) rank = inputs[0].size();
+    if (!outputs.empty()) rank = std::max(rank, outputs[0].size());
+    if (auto e = checkAttrTypes(attrs, rank); !e.empty()) return e;
+    if (auto e = checkRationalAttrs(attrs, inputs.size(), outputs.size()); !e.empty()) return e;
     if (spec.checkAttrs)
         if (auto e = spec.checkAttrs(attrs, inputs.size(), outputs.size()); !e.empty()) return e;
+    if (spec.name == "permute" && attrs.contains("dims") && attrs["dims"].size() != (inputs.empty() ? 0 : inputs[0].size()))
+        return "attribute dims must list every dim of the input once";
+    if ((spec.name == "sum" || spec.name == "mean" || spec.name == "sum_backward" || spec.name == "mean_backward") &&
+        attrs.contains("dims") && attrs["dims"].empty())
+        return "attribute dims is empty (omit it to reduce over every dim)";
+    bool sums = spec.name == "all_reduce" || spec.name == "reduce_scatter";
     for (std::size_t i = 0; i < inputTypes.size(); ++i) {
+        if ((spec.cls == OpClass::Movement || spec.collective) && inputTypes[i] != inputTypes[0])
+            return "input " + std::to_string(i) + " is " + std::string(toString(inputTypes[i])) + " but input 0 is " + std::string(toString(inputTypes[0]));
+        if (sums && inputTypes[i] == DType::Int) return std::string(spec.name) + " sums its inputs; int tensors cannot be summed";
         bool wantInt = std::find(spec.intInputs.begin(), spec.intInputs.end(), static_cast<int>(i)) != spec.intInputs.end();
         if (!spec.collective && !spec.intInputs.empty() && wantInt != (inputTypes[i] == DType::Int))
             return "input " + std::to_string(i) + " must be " + (wantInt ? "an int" : "a float") + " tensor";

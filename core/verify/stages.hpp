@@ -19,7 +19,8 @@ struct Stage {
     std::vector<OpId> logicalOps;             ///< in logical topological order
     std::vector<OpId> parallelOps;            ///< in parallel topological order
     bool glue() const { return logicalOps.empty(); }
-    /// Position of the stage's first parallel op in graph order, for "topologically first".
+    /// Position of the stage's last parallel op in graph order (where its result is complete), for
+    /// reporting the topologically first failure.
     std::uint32_t graphOrder = 0;
 };
 

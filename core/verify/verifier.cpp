@@ -152,6 +152,12 @@ VerifyReport VerificationRun::run() {
     } else if (auto g = firstOf(true)) {
         rep.verdict = Verdict::Inconclusive;
         rep.failure = g;
+    } else if (stages.empty()) {
+        rep.verdict = Verdict::Inconclusive;
+        Failure c;
+        c.kind = FailureKind::Inconclusive;
+        c.message = "the lineage describes no result to prove: every lineage record is an initial assumption";
+        rep.failure = c;
     } else if (rep.cancelled || rep.skipped) {
         rep.verdict = Verdict::Inconclusive;
         Failure c;
