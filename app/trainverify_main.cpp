@@ -17,7 +17,7 @@ namespace {
 constexpr const char* kUsage = R"(trainverify - proves a distributed training plan computes what the single-device step computes
 
 Usage:
-  trainverify verify PLAN.json [--jobs N] [--timeout SECONDS] [--json REPORT.json|-] [--stats] [--no-reduce]
+  trainverify verify PLAN.json [--jobs N] [--timeout SECONDS] [--json REPORT.json|-] [--stats] [--no-reduce] [--no-reuse]
   trainverify inspect PLAN.json [--json]
   trainverify ops
   trainverify --help | --version
@@ -30,6 +30,7 @@ verify   Cuts the plan into stages from its lineage, reduces shapes, checks ever
            --json FILE       also write the JSON report to FILE ("-": standard output only)
            --stats           print time per phase, stages per second and peak memory
            --no-reduce       check every stage at full shapes (slow; for cross-checking)
+           --no-reuse        check every stage, even those isomorphic to a proven one
 inspect  Prints counts (ops, tensors, ranks, lineage records, stages) and the parallel
          configuration.
 ops      Lists the operators the registry knows.
@@ -99,6 +100,8 @@ int cmdVerify(const std::vector<std::string>& args) {
             jsonOut = *v;
         } else if (a == "--stats") {
             stats = true;
+        } else if (a == "--no-reuse") {
+            opts.reuseIsomorphic = false;
         } else if (a == "--no-reduce") {
             opts.check.reduceShapes = false;
         } else if (!a.empty() && a[0] == '-') {

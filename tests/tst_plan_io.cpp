@@ -100,6 +100,7 @@ private slots:
         row("lineage shape", tp, [](json& j) { j["lineage"][0]["slices"][0]["copies"][0][0] = "logits@r0"; }, "/lineage/0/slices/0/copies/0/0", "has shape [8, 4], but the slice");
         row("lineage dangling", tp, [](json& j) { j["lineage"][0]["logical"] = "nope"; }, "/lineage/0/logical", "dangling logical tensor id");
         row("lineage bad coeff", dp, [](json& j) { j["lineage"][8]["slices"][0]["copies"][0][0]["coeff"] = "1/0"; }, "/lineage/8/slices/0/copies/0/0/coeff", "coeff must be");
+        row("coefficient past 64 bits", dp, [](json& j) { j["lineage"][8]["slices"][0]["copies"][0][0]["coeff"] = std::uint64_t(18446744073709551615ull); }, "/lineage/8/slices/0/copies/0/0/coeff", "coeff must be");
         row("int lineage with coefficient", dp, [](json& j) { j["lineage"][1]["slices"][0]["copies"][0][0] = json{{"tensor", "labels@r0"}, {"coeff", "2"}}; }, "/lineage/1/slices/0/copies/0", "single tensors with coefficient 1");
         row("parallel tensor in two records", tp, [](json& j) { j["lineage"][0]["slices"][0]["copies"].push_back(json::array({"x@r0"})); }, "/lineage/0/slices/0/copies/2/0", "already appears");
         row("not an object", tp, [](json& j) { j = json::array(); }, "", "must hold a JSON object");

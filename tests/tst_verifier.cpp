@@ -74,7 +74,7 @@ private slots:
                 QCOMPARE(QString::fromStdString(one.failure->parallelOp), QString::fromStdString(f["parallel_op"].get<std::string>()));
             if (f.contains("rank")) QCOMPARE(one.failure->rank, f["rank"].get<int>());
             // A counterexample carries values that show the divergence.
-            if (one.failure->kind == FailureKind::Counterexample) {
+            if (one.failure->kind == FailureKind::Counterexample || one.failure->kind == FailureKind::LaneMisalignment) {
                 QVERIFY(!one.failure->expected.empty());
                 QVERIFY(!one.failure->actual.empty());
                 QVERIFY(one.failure->expected != one.failure->actual);
@@ -121,6 +121,21 @@ private slots:
         o.check.reduceShapes = false;
         auto unreduced = verifyPlan(*plan, o);
         QVERIFY(unreduced.verdict == Verdict::Equivalent);
+    }
+
+    void accumulationAcrossMicrobatchesIsNotMisalignment() {
+        auto doc = loadJson("mlp-pp2.json");
+        // Tag the accumulation with the later microbatch (it reads both), and break the weight
+        // update: the diagnosis must stay a counterexample at the update, not a misalignment.
+        for (auto& op : doc["parallel"]["ops"]) {
+            if (op["id"] == "accumulate_dw1@r0") op["microbatch"] = 1;
+            if (op["id"] == "sgd_w1@r0") op["attrs"]["lr"] = "1/5";
+        }
+        auto plan = loadPlan(doc);
+        auto r = verify(*plan, 2);
+        QVERIFY(r.verdict == Verdict::NotEquivalent);
+        QVERIFY(r.failure->kind == FailureKind::Counterexample);
+        QCOMPARE(QString::fromStdString(r.failure->parallelOp), QString("sgd_w1@r0"));
     }
 
     void missingProducerIsDataflowBroken() {
@@ -179,6 +194,43 @@ private slots:
                               "slice", "expected", "actual", "message"})
             QVERIFY2(j["failure"].contains(k), k);
         QCOMPARE(j["failure"]["coordinates"]["tp"].get<int>(), 0);
+    }
+
+    void isomorphicStagesAreProvenOnce() {
+        auto plan = loadPlan(loadJson("mlp4-dp2-tp2-pp2.json"));
+        VerifyOptions reuse, fresh;
+        fresh.reuseIsomorphic = false;
+        auto a = verifyPlan(*plan, reuse);
+        auto b = verifyPlan(*plan, fresh);
+        QVERIFY(a.verdict == Verdict::Equivalent);
+        QVERIFY(b.verdict == Verdict::Equivalent);
+        QCOMPARE(b.uniqueStages, static_cast<std::uint32_t>(b.results.size()));
+        QVERIFY2(a.uniqueStages * 2 < a.results.size(), "the four blocks should share most stage structures");
+        // Every reused result points at an earlier, proven stage with the same structure.
+        for (const auto& r : a.results)
+            if (r.sameAs != kNone) {
+                QVERIFY(r.sameAs < r.stage);
+                QVERIFY(a.results[r.sameAs].status == StageStatus::Equivalent);
+                QCOMPARE(structuralKey(*plan, a.stagePlan.stages[r.sameAs]), structuralKey(*plan, a.stagePlan.stages[r.stage]));
+            }
+    }
+
+    void bugInOneOfManyIdenticalLayersIsFound() {
+        auto doc = loadJson("mlp4-dp2-tp2-pp2.json");
+        // Layer 2's forward TP all-reduce of microbatch 1 on dp replica 1 averages instead of summing.
+        bool changed = false;
+        for (auto& op : doc["parallel"]["ops"])
+            if (op["id"] == "fc2_allreduce_2.mb1.dp1.pp1") {
+                op["attrs"] = {{"reduce", "mean"}};
+                changed = true;
+            }
+        QVERIFY(changed);
+        auto plan = loadPlan(doc);
+        auto r = verify(*plan, 2);
+        QVERIFY(r.verdict == Verdict::NotEquivalent);
+        QCOMPARE(QString::fromStdString(r.failure->parallelOp), QString("fc2_allreduce_2.mb1.dp1.pp1"));
+        QCOMPARE(r.failure->microbatch, 1);
+        QCOMPARE(r.failure->coordinates["dp"].get<int>(), 1);
     }
 
     void cancelStopsTheRun() {

@@ -309,7 +309,8 @@ def mlp_pp2(crossed=False):
     if crossed:
         desc = ("Buggy twin of mlp-pp2: the forward send/recv pairs between the two pipeline stages are "
                 "crossed, so rank 1 runs microbatch 0's fc2 on microbatch 1's activations. The verifier "
-                "points at the send/recv that delivers the wrong microbatch to rank 1.")
+                "finds a counterexample and explains it as a lane misalignment: the send/recv of microbatch 0 "
+                "reads microbatch 1's activation.")
     p = Plan(name, desc, {"pp": pp}, microbatches=nm)
     logical_mlp(p)
     # Rank 0 (pp=0): fc1 + relu; rank 1 (pp=1): fc2 + loss.
@@ -395,7 +396,7 @@ def mlp_pp2(crossed=False):
     p.lineage("w1_new", [(full([H, D]), [["w1_new@r0"]])])
     p.lineage("w2_new", [(full([C, H]), [["w2_new@r1"]])])
     if crossed:
-        p.expect("not_equivalent", kind="counterexample", parallel_op="send_a.mb0", rank=1)
+        p.expect("not_equivalent", kind="lane_misalignment", parallel_op="send_a.mb0", rank=1)
     else:
         p.expect("equivalent")
     return p

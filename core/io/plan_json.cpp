@@ -547,7 +547,8 @@ private:
                             if (tj.contains("coeff")) {
                                 const auto& cv = tj["coeff"];
                                 std::optional<Rational> q;
-                                if (cv.is_number_integer()) q = Rational(cv.get<std::int64_t>());
+                                if (cv.is_number_unsigned() && cv.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX)) q = std::nullopt;
+                                else if (cv.is_number_integer()) q = Rational(cv.get<std::int64_t>());
                                 else if (cv.is_string()) q = Rational::parse(cv.get<std::string>());
                                 if (!q || q->isZero()) {
                                     fail(tp + "/coeff", who + ": coeff must be a non-zero integer or a rational string like \"1/2\"");

@@ -1669,7 +1669,6 @@ OpRegistry::OpRegistry() {
         s.requiredAttrs = std::move(req);
         s.summary = summary;
         s.vjp = vjp;
-        s.checkAttrs = checkRationalAttrs;
         TV_SHAPE(s, shapeSame);
         using F = decltype(f);
         setEval<Unary<F>>(s);
@@ -1709,7 +1708,6 @@ OpRegistry::OpRegistry() {
         s.vjp = vjp;
         s.requiredAttrs = std::move(req);
         s.optionalAttrs = std::move(opt);
-        s.checkAttrs = checkRationalAttrs;
         setEval<decltype(op)>(s);
         return add(std::move(s));
     };

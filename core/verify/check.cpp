@@ -438,6 +438,45 @@ private:
         return tv;
     }
 
+    /// If an op on the way to the broken copy reads a tensor of another microbatch than its own,
+    /// the counterexample is a lane misalignment: name that op and the foreign tensor.
+    void explainLaneMisalignment(OpId last, Failure& f) const {
+        if (last == kNone) return;
+        std::unordered_set<OpId> inStage(stage_.parallelOps.begin(), stage_.parallelOps.end());
+        std::vector<OpId> work{last};
+        std::unordered_set<OpId> seen{last};
+        OpId found = kNone;
+        TensorId foreign = kNone;
+        while (!work.empty()) {
+            auto op = work.back();
+            work.pop_back();
+            // Misaligned: the op belongs to microbatch m, reads microbatch-tagged tensors, and none
+            // of them is of microbatch m (an accumulation reading m-1 and m is aligned).
+            auto mb = P_.ops[op].microbatch;
+            TensorId other = kNone;
+            bool readsOwn = false;
+            for (auto in : P_.inputs(op)) {
+                auto tmb = P_.tensors[in].microbatch;
+                if (tmb == mb) readsOwn = true;
+                else if (tmb >= 0 && other == kNone) other = in;
+                auto prod = P_.tensors[in].producer;
+                if (prod != kNone && inStage.count(prod) && seen.insert(prod).second) work.push_back(prod);
+            }
+            if (mb >= 0 && other != kNone && !readsOwn && (found == kNone || P_.topoIndex[op] < P_.topoIndex[found])) {
+                found = op;
+                foreign = other;
+            }
+        }
+        if (found == kNone) return;
+        f.kind = FailureKind::LaneMisalignment;
+        f.parallelOp = plan_.opName(P_, found);
+        const auto& o = P_.ops[found];
+        f.rank = o.rank >= 0 ? o.rank : P_.tensors[P_.outputs(found)[0]].rank;
+        f.coordinates = plan_.coordinatesJson(f.rank);
+        f.microbatch = o.microbatch;
+        f.otherEnd = "tensor \"" + plan_.tensorName(P_, foreign) + "\" of microbatch " + std::to_string(P_.tensors[foreign].microbatch);
+    }
+
     void locate(const z3::model& m) {
         const auto& rec = plan_.lineage[stage_.output];
         const auto& ts = lVal_.at(rec.logical);
@@ -503,6 +542,7 @@ private:
             if (P_.ops[best.op].microbatch >= 0) f.microbatch = P_.ops[best.op].microbatch;
         }
         f.slice = best.slice->box.toString();
+        explainLaneMisalignment(best.op, f);
         auto logicalIdx = unravel(best.offs[best.element], ts.shape);
         f.element = indexString(logicalIdx);
         f.expected = ts.isInt ? std::to_string(ts.iv[best.offs[best.element]]) : value(m, ts.v[best.offs[best.element]]);
@@ -522,6 +562,9 @@ private:
         f.message = (f.parallelOp.empty() ? std::string("the parallel plan") : "parallel op \"" + f.parallelOp + "\"") +
                     (f.rank >= 0 ? " on rank " + std::to_string(f.rank) : std::string()) + " makes " + copyText + " differ from " +
                     f.tensor + best.slice->box.toString();
+        if (f.kind == FailureKind::LaneMisalignment)
+            f.message = "parallel op \"" + f.parallelOp + "\" of microbatch " + std::to_string(f.microbatch) + " reads " + f.otherEnd +
+                        ", so " + copyText + " differs from " + f.tensor + best.slice->box.toString();
         for (auto r : stage_.inputs) {
             auto lt = plan_.lineage[r].logical;
             bool dup = false;

@@ -34,6 +34,7 @@ struct StageResult {
     std::uint64_t reducedElements = 0;   ///< elements of all stage tensors after reduction
     std::uint64_t fullElements = 0;      ///< before reduction
     std::string note;                    ///< e.g. "shape reduction fell back to full shapes"
+    std::uint32_t sameAs = kNone;        ///< proven by the isomorphic stage with this id
 };
 
 struct CheckOptions {

@@ -21,7 +21,8 @@ void locateParallelOp(const Plan& plan, OpId op, Failure& f) {
     const auto& P = plan.parallel;
     f.parallelOp = plan.opName(P, op);
     const auto& o = P.ops[op];
-    f.rank = o.rank >= 0 ? o.rank : (o.group != kNone ? plan.groups[o.group][0] : -1);
+    // Collectives are located on the rank of their first output, as counterexamples are.
+    f.rank = o.rank >= 0 ? o.rank : (o.numOutputs ? P.tensors[P.outputs(op)[0]].rank : -1);
     f.coordinates = plan.coordinatesJson(f.rank);
     f.microbatch = o.microbatch;
 }
@@ -213,6 +214,64 @@ StagePlan cutStages(const Plan& plan) {
             sp.warnings.push_back("logical output \"" + plan.tensorName(L, t) +
                                   "\" has no lineage, so the parallel plan's value for it is not checked");
     return sp;
+}
+
+std::string structuralKey(const Plan& plan, const Stage& stage) {
+    const auto& L = plan.logical;
+    const auto& P = plan.parallel;
+    std::unordered_map<TensorId, std::uint32_t> lId, pId;
+    std::string key;
+    key.reserve(1024);
+    auto num = [&](std::int64_t v) {
+        key += std::to_string(v);
+        key += ',';
+    };
+    auto tensor = [&](std::unordered_map<TensorId, std::uint32_t>& ids, const Graph& g, TensorId t) {
+        auto [it, fresh] = ids.emplace(t, static_cast<std::uint32_t>(ids.size()));
+        num(it->second);
+        if (fresh) {
+            key += '<';
+            for (auto d : plan.shape(g, t)) num(d);
+            key += g.tensors[t].dtype == DType::Int ? "i>" : "f>";
+        }
+    };
+    auto record = [&](std::uint32_t r, char tag) {
+        const auto& rec = plan.lineage[r];
+        key += tag;
+        tensor(lId, L, rec.logical);
+        for (const auto& s : rec.slices) {
+            key += '[';
+            for (std::size_t d = 0; d < s.box.lo.size(); ++d) {
+                num(s.box.lo[d]);
+                num(s.box.hi[d]);
+            }
+            for (const auto& c : s.copies) {
+                key += '(';
+                for (const auto& t : c) {
+                    tensor(pId, P, t.tensor);
+                    key += t.coeff.toString();
+                    key += ';';
+                }
+                key += ')';
+            }
+            key += ']';
+        }
+    };
+    auto ops = [&](const Graph& g, const std::vector<OpId>& list, std::unordered_map<TensorId, std::uint32_t>& ids, char tag) {
+        for (auto op : list) {
+            key += tag;
+            num(g.ops[op].kind);
+            num(g.ops[op].attrs == kNone ? -1 : static_cast<std::int64_t>(g.ops[op].attrs));
+            for (auto t : g.inputs(op)) tensor(ids, g, t);
+            key += '>';
+            for (auto t : g.outputs(op)) tensor(ids, g, t);
+        }
+    };
+    for (auto r : stage.inputs) record(r, 'I');
+    record(stage.output, 'O');
+    ops(L, stage.logicalOps, lId, 'L');
+    ops(P, stage.parallelOps, pId, 'P');
+    return key;
 }
 
 }  // namespace tv

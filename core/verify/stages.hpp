@@ -34,4 +34,11 @@ struct StagePlan {
 
 StagePlan cutStages(const Plan& plan);
 
+/// A canonical description of everything a stage's check depends on (op kinds, attributes and
+/// operand structure on both sides, tensor shapes and dtypes, the lineage boxes, terms and
+/// coefficients of its records), with tensors renamed by first appearance. Two stages with the
+/// same key are the same proof obligation up to renaming: the same layer on another rank,
+/// replica, microbatch or depth.
+std::string structuralKey(const Plan& plan, const Stage& stage);
+
 }  // namespace tv

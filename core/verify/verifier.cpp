@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <sstream>
 #include <thread>
+#include <unordered_map>
 
 namespace tv {
 
@@ -77,7 +78,6 @@ VerifyReport VerificationRun::run() {
     unsigned jobs = opts_.jobs ? opts_.jobs : std::max(1u, std::thread::hardware_concurrency());
     jobs = std::max(1u, std::min<unsigned>(jobs, static_cast<unsigned>(std::max<std::size_t>(1, stages.size()))));
     rep.jobs = jobs;
-    std::atomic<std::uint32_t> next{0};
     auto t1 = Clock::now();
     InterruptSlot slot;
     slot.enter = [this](z3::context* c) {
@@ -85,39 +85,79 @@ VerifyReport VerificationRun::run() {
         running_.push_back(c);
         if (cancelled_.load()) c->interrupt();
     };
-    auto worker = [&]() {
-        z3::context* mine = nullptr;
-        InterruptSlot local;
-        local.enter = [&](z3::context* c) {
-            mine = c;
-            slot.enter(c);
-        };
-        local.leave = [&]() {
-            std::lock_guard lock(mutex_);
-            running_.erase(std::remove(running_.begin(), running_.end(), mine), running_.end());
-            mine = nullptr;
-        };
-        for (;;) {
-            auto i = next.fetch_add(1);
-            if (i >= stages.size()) break;
-            if (decided[i]) continue;
-            if (cancelled_.load()) {
-                rep.results[i].status = StageStatus::Skipped;
-                continue;
+    // Checks the listed stages on the pool; each result lands at its stage index.
+    auto runPool = [&](const std::vector<std::uint32_t>& work) {
+        std::atomic<std::size_t> next{0};
+        auto worker = [&]() {
+            z3::context* mine = nullptr;
+            InterruptSlot local;
+            local.enter = [&](z3::context* c) {
+                mine = c;
+                slot.enter(c);
+            };
+            local.leave = [&]() {
+                std::lock_guard lock(mutex_);
+                running_.erase(std::remove(running_.begin(), running_.end(), mine), running_.end());
+                mine = nullptr;
+            };
+            for (;;) {
+                auto k = next.fetch_add(1);
+                if (k >= work.size()) break;
+                auto i = work[k];
+                if (cancelled_.load()) {
+                    rep.results[i].status = StageStatus::Skipped;
+                    continue;
+                }
+                auto r = checkStage(plan_, stages[i], opts_.check, &local);
+                if (cancelled_.load() && r.status == StageStatus::Inconclusive) r.status = StageStatus::Skipped;
+                rep.results[i] = std::move(r);
+                if (opts_.onStageDone) opts_.onStageDone(rep.results[i]);
             }
-            auto r = checkStage(plan_, stages[i], opts_.check, &local);
-            if (cancelled_.load() && r.status == StageStatus::Inconclusive) r.status = StageStatus::Skipped;
-            rep.results[i] = std::move(r);
-            if (opts_.onStageDone) opts_.onStageDone(rep.results[i]);
+        };
+        unsigned n = std::min<unsigned>(jobs, static_cast<unsigned>(std::max<std::size_t>(1, work.size())));
+        if (n <= 1) {
+            worker();
+        } else {
+            std::vector<std::thread> pool;
+            for (unsigned j = 0; j < n; ++j) pool.emplace_back(worker);
+            for (auto& t : pool) t.join();
         }
     };
-    if (jobs == 1) {
-        worker();
-    } else {
-        std::vector<std::thread> pool;
-        for (unsigned j = 0; j < jobs; ++j) pool.emplace_back(worker);
-        for (auto& t : pool) t.join();
+
+    // Isomorphic stages are proven once: the first stage of each structural key is checked;
+    // the others take its result when it is a proof, and are checked themselves otherwise (so
+    // every failure names its own ops). The partition does not depend on timing.
+    std::vector<std::uint32_t> representative(stages.size());
+    std::vector<std::uint32_t> firstWork, secondWork;
+    {
+        std::unordered_map<std::string, std::uint32_t> byKey;
+        for (std::uint32_t i = 0; i < stages.size(); ++i) {
+            representative[i] = i;
+            if (decided[i]) continue;
+            if (opts_.reuseIsomorphic) {
+                auto [it, fresh] = byKey.emplace(structuralKey(plan_, stages[i]), i);
+                representative[i] = it->second;
+                if (!fresh) continue;
+            }
+            firstWork.push_back(i);
+        }
     }
+    runPool(firstWork);
+    for (std::uint32_t i = 0; i < stages.size(); ++i) {
+        if (decided[i] || representative[i] == i) continue;
+        const auto& proof = rep.results[representative[i]];
+        if (proof.status == StageStatus::Equivalent) {
+            auto& r = rep.results[i];
+            r.stage = i;
+            r.status = StageStatus::Equivalent;
+            r.sameAs = representative[i];
+            if (opts_.onStageDone) opts_.onStageDone(r);
+        } else {
+            secondWork.push_back(i);
+        }
+    }
+    runPool(secondWork);
+    rep.uniqueStages = static_cast<std::uint32_t>(firstWork.size() + secondWork.size());
     rep.timing.check = since(t1);
     rep.cancelled = cancelled_.load();
 
@@ -200,6 +240,7 @@ nlohmann::json reportToJson(const VerifyReport& r) {
                    {"reduce", r.timing.reduce}, {"encode", r.timing.encode}, {"solve", r.timing.solve},
                    {"total", r.timing.total}};
     j["jobs"] = r.jobs;
+    j["stages"]["unique"] = r.uniqueStages;
     if (r.failure) j["failure"] = r.failure->toJson();
     if (r.failures.size() > 1) {
         nlohmann::json all = nlohmann::json::array();
@@ -224,6 +265,7 @@ nlohmann::json reportToJson(const VerifyReport& r) {
             s["parallel_ops"] = stage.parallelOps.size();
         }
         if (!res.note.empty()) s["note"] = res.note;
+        if (res.sameAs != kNone) s["same_as"] = res.sameAs;
         st.push_back(std::move(s));
     }
     j["stage_results"] = std::move(st);
@@ -267,6 +309,7 @@ std::string reportToText(const VerifyReport& r, bool withStats) {
         double rate = r.timing.check > 0 ? static_cast<double>(r.results.size()) / r.timing.check : 0.0;
         std::snprintf(buf, sizeof buf, "  stages solved per second: %.1f\n", rate);
         os << buf;
+        os << "  unique stages solved: " << r.uniqueStages << " of " << r.results.size() << " (isomorphic stages reuse a proof)\n";
         os << "  output groups proven by simplify / solve-eqs / solver: " << t1 << " / " << t2 << " / " << t3 << "\n";
         os << "  tensor elements: " << full << " full, " << red << " after shape reduction\n";
         os << "  peak memory: " << peakMemoryKb() / 1024 << " MiB\n";

@@ -42,11 +42,14 @@ struct VerifyReport {
     unsigned jobs = 1;
     bool cancelled = false;
     std::uint32_t passed = 0, failed = 0, inconclusive = 0, skipped = 0;
+    std::uint32_t uniqueStages = 0;              ///< stages actually solved (the rest reuse an isomorphic proof)
 };
 
 struct VerifyOptions {
     unsigned jobs = 0;                            ///< 0: one per hardware thread
     CheckOptions check;
+    /// Prove each set of isomorphic stages (equal structural keys) once.
+    bool reuseIsomorphic = true;
     /// Called from worker threads as each stage finishes (must be thread-safe).
     std::function<void(const StageResult&)> onStageDone;
 };
