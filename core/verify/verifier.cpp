@@ -115,13 +115,11 @@ VerifyReport VerificationRun::run() {
             }
         };
         unsigned n = std::min<unsigned>(jobs, static_cast<unsigned>(std::max<std::size_t>(1, work.size())));
-        if (n <= 1) {
-            worker();
-        } else {
-            std::vector<std::thread> pool;
-            for (unsigned j = 0; j < n; ++j) pool.emplace_back(worker);
-            for (auto& t : pool) t.join();
-        }
+        // Workers always run on threads of their own, even for one job (Z3 contexts are much
+        // slower to create and destroy on the main thread here).
+        std::vector<std::thread> pool;
+        for (unsigned j = 0; j < std::max(1u, n); ++j) pool.emplace_back(worker);
+        for (auto& t : pool) t.join();
     };
 
     // Isomorphic stages are proven once: the first stage of each structural key is checked;
