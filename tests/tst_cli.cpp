@@ -1,6 +1,7 @@
 // The trainverify command line as CI uses it: verdict lines, exit codes, JSON reports, errors.
 #include <QtTest>
 
+#include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
@@ -108,6 +109,26 @@ private slots:
         auto j = trainverify({"verify", path, "--json", "-"});
         QCOMPARE(j.exitCode, 3);
         QCOMPARE(QJsonDocument::fromJson(j.out.toUtf8()).object()["verdict"].toString(), QString("invalid"));
+    }
+
+    void nothingToProveIsInconclusive() {
+        QFile in(example("linear-tp2.json"));
+        QVERIFY(in.open(QIODevice::ReadOnly));
+        auto o = QJsonDocument::fromJson(in.readAll()).object();
+        QJsonArray kept;
+        for (const auto& r : o["lineage"].toArray())
+            if (r.toObject()["logical"].toString() != QLatin1String("y")) kept.append(r);
+        o["lineage"] = kept;
+        o.remove("expect");
+        QTemporaryDir dir;
+        QFile out(dir.filePath("no-claims.json"));
+        QVERIFY(out.open(QIODevice::WriteOnly));
+        out.write(QJsonDocument(o).toJson());
+        out.close();
+        auto r = trainverify({"verify", out.fileName()});
+        QCOMPARE(r.exitCode, 2);
+        QVERIFY2(r.out.startsWith("INCONCLUSIVE:"), qPrintable(r.out));
+        QVERIFY(r.out.contains("no result to prove"));
     }
 
     void inspect() {
