@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages TrainVerify Studio needs, only those that are missing.
 set -euo pipefail
-packages=(build-essential cmake ninja-build pkg-config libz3-dev nlohmann-json3-dev qt6-base-dev)
+packages=(build-essential cmake ninja-build pkg-config libz3-dev nlohmann-json3-dev qt6-base-dev qt6-svg-dev
+          libgraphviz-dev xvfb xauth imagemagick)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

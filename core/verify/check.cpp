@@ -582,6 +582,20 @@ private:
 
 }  // namespace
 
+namespace {
+StageResult inconclusiveResult(const Stage& stage, std::string message) {
+    StageResult r;
+    r.stage = stage.id;
+    r.status = StageStatus::Inconclusive;
+    Failure f;
+    f.kind = FailureKind::Inconclusive;
+    f.stage = stage.id;
+    f.message = std::move(message);
+    r.failure = f;
+    return r;
+}
+}  // namespace
+
 StageResult checkStage(const Plan& plan, const Stage& stage, const CheckOptions& opts, const InterruptSlot* slot) {
     StageResult r;
     r.stage = stage.id;
@@ -595,19 +609,9 @@ StageResult checkStage(const Plan& plan, const Stage& stage, const CheckOptions&
         StageChecker checker(plan, stage, opts, ctx);
         r = checker.run();
     } catch (const z3::exception& e) {
-        r.status = StageStatus::Inconclusive;
-        Failure f;
-        f.kind = FailureKind::Inconclusive;
-        f.stage = stage.id;
-        f.message = std::string("the solver stopped: ") + e.msg();
-        r.failure = f;
+        r = inconclusiveResult(stage, std::string("the solver stopped: ") + e.msg());
     } catch (const std::exception& e) {
-        r.status = StageStatus::Inconclusive;
-        Failure f;
-        f.kind = FailureKind::Inconclusive;
-        f.stage = stage.id;
-        f.message = std::string("internal error while checking the stage: ") + e.what();
-        r.failure = f;
+        r = inconclusiveResult(stage, std::string("internal error while checking the stage: ") + e.what());
     }
     return r;
 }

@@ -1,0 +1,57 @@
+// A small facade over Graphviz (cgraph + gvc) for laying out plan graphs. Graphviz is not
+// thread-safe, even for reads: every call goes through one process-wide lock, builds a fresh
+// graph, copies the coordinates out as plain values and frees everything.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace tv {
+
+struct LayoutNode {
+    double width = 1.0, height = 0.5;  ///< points (1/72 inch)
+    int cluster = -1;                  ///< index into clusters, -1 for the top level
+};
+
+struct LayoutEdge {
+    int from = 0, to = 0;
+    bool constraint = true;            ///< false: the edge does not influence ranking
+};
+
+struct LayoutCluster {
+    std::string label;
+    int parent = -1;                   ///< enclosing cluster, -1 for the top level
+};
+
+struct LayoutRequest {
+    std::vector<LayoutNode> nodes;
+    std::vector<LayoutEdge> edges;
+    std::vector<LayoutCluster> clusters;
+    bool leftToRight = false;          ///< rankdir LR instead of TB
+    double nodeSeparation = 18, rankSeparation = 30;  ///< points
+};
+
+struct Point {
+    double x = 0, y = 0;
+};
+
+struct Rect {
+    double x = 0, y = 0, width = 0, height = 0;  ///< top-left corner, y grows downwards
+};
+
+struct LayoutResult {
+    std::vector<Point> nodeCenters;              ///< y grows downwards (Graphviz y flipped)
+    std::vector<std::vector<Point>> edgePaths;   ///< cubic Bezier: p0, (c1, c2, p)*
+    std::vector<Point> edgeTips;                 ///< where the arrowhead points (end of the path if none)
+    std::vector<Rect> clusterBoxes;
+    Rect bounds;
+    std::string error;                           ///< non-empty if Graphviz failed
+};
+
+/// Lays out with dot. Thread-safe (serialised); returns coordinates in points.
+LayoutResult layoutGraph(const LayoutRequest& request);
+
+/// Writes the request as DOT text (labels from `nodeLabels`), for export.
+std::string toDot(const LayoutRequest& request, const std::vector<std::string>& nodeLabels, const std::string& name);
+
+}  // namespace tv
