@@ -60,6 +60,46 @@ LayoutRequest PlanView::layoutRequest(ViewSide side, std::vector<int>& requestTo
     return req;
 }
 
+PlacedView placePlanView(const PlanView& view, double gap) {
+    PlacedView out;
+    out.nodeRects.resize(view.nodes.size());
+    out.groupRects.resize(view.groups.size());
+    double offsetX = 0;
+    for (auto side : {ViewSide::Logical, ViewSide::Parallel}) {
+        std::vector<int> map;
+        auto req = view.layoutRequest(side, map);
+        auto res = layoutGraph(req);
+        if (!res.error.empty()) {
+            out.error = res.error;
+            return out;
+        }
+        for (std::size_t i = 0; i < map.size(); ++i) {
+            const auto& n = view.nodes[map[i]];
+            const auto& c = res.nodeCenters[i];
+            out.nodeRects[map[i]] = Rect{offsetX + c.x - n.width / 2, c.y - n.height / 2, n.width, n.height};
+        }
+        std::size_t k = 0;
+        for (std::size_t g = 0; g < view.groups.size(); ++g)
+            if (view.groups[g].side == side) {
+                auto r = res.clusterBoxes[k++];
+                r.x += offsetX;
+                out.groupRects[g] = r;
+            }
+        for (std::size_t e = 0; e < res.edgePaths.size(); ++e) {
+            auto path = res.edgePaths[e];
+            for (auto& p : path) p.x += offsetX;
+            auto tip = res.edgeTips[e];
+            tip.x += offsetX;
+            out.dataflowPaths.push_back(std::move(path));
+            out.dataflowTips.push_back(tip);
+        }
+        Rect bounds{offsetX, 0, res.bounds.width, res.bounds.height};
+        (side == ViewSide::Logical ? out.logicalBounds : out.parallelBounds) = bounds;
+        offsetX += res.bounds.width + gap;
+    }
+    return out;
+}
+
 std::set<std::int32_t> defaultCollapsedRanks(const Plan& plan, std::size_t maxExpandedOps) {
     std::set<std::int32_t> out;
     if (plan.parallel.ops.size() <= maxExpandedOps) return out;

@@ -75,6 +75,19 @@ struct PlanView {
     LayoutRequest layoutRequest(ViewSide side, std::vector<int>& requestToNode) const;
 };
 
+/// Both sides laid out and placed in one coordinate system: the logical graph on the left, the
+/// parallel graph to its right, y growing downwards, in points.
+struct PlacedView {
+    std::vector<Rect> nodeRects;                       ///< per PlanView node
+    std::vector<Rect> groupRects;                      ///< per PlanView group
+    std::vector<std::vector<Point>> dataflowPaths;     ///< logical edges, then parallel edges
+    std::vector<Point> dataflowTips;
+    Rect logicalBounds, parallelBounds;
+    std::string error;
+};
+
+PlacedView placePlanView(const PlanView& view, double gap = 240);
+
 /// Ranks to collapse by default so a large plan opens quickly (empty when the plan is small).
 std::set<std::int32_t> defaultCollapsedRanks(const Plan& plan, std::size_t maxExpandedOps = 1500);
 

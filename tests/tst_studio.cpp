@@ -1,0 +1,194 @@
+// The Studio under the offscreen platform: opening every example, the scene's items, selection
+// sync across the sides, Find, collapsing ranks, export, and a non-empty picture of the window.
+#include <QtTest>
+
+#include <QAbstractItemModelTester>
+#include <QGraphicsItem>
+#include <QImage>
+#include <QSignalSpy>
+#include <QTemporaryDir>
+
+#include "find_model.hpp"
+#include "graph_view.hpp"
+#include "inspector.hpp"
+#include "main_window.hpp"
+
+using namespace tv;
+using namespace tv::ui;
+
+namespace {
+QString example(const QString& name) { return QStringLiteral(TV_SOURCE_DIR "/resources/examples/") + name; }
+
+bool openAndWait(MainWindow& w, const QString& path) {
+    QSignalSpy loaded(&w, &MainWindow::planLoaded);
+    w.openPlan(path);
+    return loaded.wait(60000);
+}
+
+int nodeNamed(const PlanScene* scene, const std::string& name, ViewSide side) {
+    const auto& nodes = scene->loaded()->view.nodes;
+    for (std::size_t i = 0; i < nodes.size(); ++i)
+        if (nodes[i].name == name && nodes[i].side == side) return static_cast<int>(i);
+    return -1;
+}
+}  // namespace
+
+class TestStudio : public QObject {
+    Q_OBJECT
+private slots:
+    void initTestCase() {
+        QCoreApplication::setOrganizationName(QStringLiteral("TrainVerifyTests"));
+        QCoreApplication::setApplicationName(QStringLiteral("tst_studio"));
+    }
+
+    void opensEachExample_data() {
+        QTest::addColumn<QString>("file");
+        QTest::addColumn<int>("opItems");
+        QTest::addColumn<int>("lineageItems");
+        QTest::addColumn<int>("stageGroups");
+        QTest::newRow("linear-tp2") << "linear-tp2.json" << 1 + 2 << 6 << 1;
+        QTest::newRow("mlp-tp2") << "mlp-tp2.json" << 11 + 23 << 34 << 11;
+        QTest::newRow("mlp-dp2") << "mlp-dp2.json" << 11 + 24 << 36 << 11;
+        QTest::newRow("mlp-pp2") << "mlp-pp2.json" << 11 + 28 << 34 << 11;
+        QTest::newRow("mlp-pp2-crossed-sendrecv") << "mlp-pp2-crossed-sendrecv.json" << 11 + 28 << 34 << 11;
+    }
+    void opensEachExample() {
+        QFETCH(QString, file);
+        QFETCH(int, opItems);
+        QFETCH(int, lineageItems);
+        QFETCH(int, stageGroups);
+        MainWindow w;
+        QVERIFY(openAndWait(w, example(file)));
+        auto* scene = w.scene();
+        const auto& view = scene->loaded()->view;
+        int ops = 0;
+        for (const auto& n : view.nodes) ops += n.kind == ViewNodeKind::Op;
+        QCOMPARE(ops, opItems);
+        QCOMPARE(scene->nodeItemCount(), static_cast<int>(view.nodes.size()));
+        QCOMPARE(scene->lineageItemCount(), lineageItems);
+        QCOMPARE(scene->groupItemCount(ViewGroupKind::Stage), stageGroups);
+        QVERIFY(scene->groupItemCount(ViewGroupKind::Rank) >= 2);
+        // Every node item sits where the layout put it, inside the scene.
+        for (int i = 0; i < scene->nodeItemCount(); ++i) QVERIFY(scene->sceneRect().contains(scene->itemForNode(i)->sceneBoundingRect()));
+    }
+
+    void selectionHighlightsCounterparts() {
+        MainWindow w;
+        QVERIFY(openAndWait(w, example(QStringLiteral("mlp-tp2.json"))));
+        auto* scene = w.scene();
+        QSignalSpy selected(scene, &PlanScene::nodeSelected);
+        const int h = nodeNamed(scene, "h", ViewSide::Logical);
+        QVERIFY(h >= 0);
+        scene->selectNode(h);
+        QVERIFY(selected.count() >= 1);
+        QCOMPARE(scene->selectedNode(), h);
+        QStringList names;
+        for (int n : scene->highlighted()) names << QString::fromStdString(scene->loaded()->view.nodes[n].name);
+        QCOMPARE(names, QStringList({"h@r0", "h@r1"}));
+        // The inspector shows the tensor and draws its shards.
+        QVERIFY(w.inspector()->text().contains(QStringLiteral("h")));
+        QCOMPARE(w.inspector()->grid()->sliceCount(), 2);
+        // And the other way: a parallel op highlights its logical op.
+        const int fc2 = nodeNamed(scene, "fc2@r1", ViewSide::Parallel);
+        scene->selectNode(fc2);
+        names.clear();
+        for (int n : scene->highlighted()) names << QString::fromStdString(scene->loaded()->view.nodes[n].name);
+        QVERIFY2(names.contains(QStringLiteral("fc2")), qPrintable(names.join(QStringLiteral(", "))));
+        QVERIFY(w.inspector()->text().contains(QStringLiteral("linear")));
+    }
+
+    void findSelectsAndCenters() {
+        MainWindow w;
+        QVERIFY(openAndWait(w, example(QStringLiteral("mlp-dp2.json"))));
+        QAbstractItemModelTester tester(w.findModel(), QAbstractItemModelTester::FailureReportingMode::QtTest);
+        w.find(QStringLiteral("allreduce"));
+        QCOMPARE(w.findModel()->rowCount(), 2);
+        w.activateFindResult(1);
+        const int node = w.scene()->selectedNode();
+        QVERIFY(node >= 0);
+        QCOMPARE(QString::fromStdString(w.scene()->loaded()->view.nodes[node].name), QStringLiteral("dw1_allreduce"));
+        w.find(QStringLiteral("no such thing"));
+        QCOMPARE(w.findModel()->rowCount(), 0);
+        w.find(QString());
+        QCOMPARE(w.findModel()->rowCount(), 0);
+    }
+
+    void collapseAndExpandRanks() {
+        MainWindow w;
+        QVERIFY(openAndWait(w, example(QStringLiteral("mlp4-dp2-tp2-pp2.json"))));
+        QSignalSpy loaded(&w, &MainWindow::planLoaded);
+        w.setRanksCollapsed(true);
+        QVERIFY(loaded.wait(60000));
+        const auto& view = w.scene()->loaded()->view;
+        QCOMPARE(static_cast<int>(view.count(ViewSide::Parallel, ViewNodeKind::CollapsedRank)), 8);
+        QCOMPARE(static_cast<int>(view.count(ViewSide::Parallel, ViewNodeKind::Op)), 0);
+        w.toggleRank(5);
+        QVERIFY(loaded.wait(60000));
+        const auto& after = w.scene()->loaded()->view;
+        QCOMPARE(static_cast<int>(after.count(ViewSide::Parallel, ViewNodeKind::CollapsedRank)), 7);
+        QVERIFY(after.count(ViewSide::Parallel, ViewNodeKind::Op) > 0);
+        for (const auto& n : after.nodes)
+            if (n.side == ViewSide::Parallel && n.kind == ViewNodeKind::Op) {
+                const auto& t = w.scene()->loaded()->plan->parallel;
+                auto rank = t.ops[n.id].rank >= 0 ? t.ops[n.id].rank : t.tensors[t.outputs(n.id)[0]].rank;
+                QCOMPARE(rank, 5);
+            }
+    }
+
+    void badPlanReportsAndKeepsTheWindowUsable() {
+        QTemporaryDir dir;
+        const auto path = dir.filePath(QStringLiteral("broken.json"));
+        QFile f(path);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write("{\"format\": \"trainverify-plan\", \"version\": 1}");
+        f.close();
+        MainWindow w;
+        QSignalSpy failed(&w, &MainWindow::loadFailed);
+        w.openPlan(path);
+        QVERIFY(failed.wait(30000));
+        QVERIFY(failed.first().first().toString().contains(QStringLiteral("missing \"logical\"")));
+        QVERIFY(openAndWait(w, example(QStringLiteral("linear-tp2.json"))));
+    }
+
+    void exportsPictureAndDot() {
+        MainWindow w;
+        QVERIFY(openAndWait(w, example(QStringLiteral("mlp-pp2.json"))));
+        QTemporaryDir dir;
+        const auto png = dir.filePath(QStringLiteral("view.png"));
+        const auto svg = dir.filePath(QStringLiteral("view.svg"));
+        const auto dot = dir.filePath(QStringLiteral("graphs.dot"));
+        QVERIFY(w.exportImage(png));
+        QVERIFY(w.exportImage(svg));
+        QVERIFY(w.exportDot(dot));
+        QImage img(png);
+        QVERIFY(!img.isNull());
+        QVERIFY(img.width() > 200 && img.height() > 200);
+        QFile s(svg);
+        QVERIFY(s.open(QIODevice::ReadOnly));
+        QVERIFY(s.readAll().contains("<svg"));
+        QFile d(dot);
+        QVERIFY(d.open(QIODevice::ReadOnly));
+        const auto text = d.readAll();
+        QVERIFY(text.contains("digraph \"logical\""));
+        QVERIFY(text.contains("digraph \"parallel\""));
+        QVERIFY(text.contains("send_a.mb0"));
+    }
+
+    void windowGrabIsNotEmpty() {
+        MainWindow w;
+        w.resize(1200, 800);
+        w.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        QVERIFY(openAndWait(w, example(QStringLiteral("mlp-tp2.json"))));
+        QTest::qWait(50);
+        const QImage img = w.grab().toImage();
+        QVERIFY(!img.isNull());
+        QSet<QRgb> colours;
+        for (int y = 0; y < img.height(); y += 7)
+            for (int x = 0; x < img.width(); x += 7) colours.insert(img.pixel(x, y));
+        QVERIFY2(colours.size() > 8, "the window picture is blank");
+    }
+};
+
+QTEST_MAIN(TestStudio)
+#include "tst_studio.moc"

@@ -1,0 +1,54 @@
+#include "graph_view.hpp"
+
+#include <QGraphicsItem>
+#include <QWheelEvent>
+
+namespace tv::ui {
+
+GraphView::GraphView(QWidget* parent) : QGraphicsView(parent) {
+    setDragMode(QGraphicsView::ScrollHandDrag);
+    setRenderHint(QPainter::Antialiasing);
+    setTransformationAnchor(QGraphicsView::AnchorUnderMouse);
+    setViewportUpdateMode(QGraphicsView::MinimalViewportUpdate);
+    setOptimizationFlag(QGraphicsView::DontSavePainterState);
+    setFocusPolicy(Qt::StrongFocus);
+}
+
+void GraphView::zoomBy(qreal factor) {
+    const qreal next = zoom() * factor;
+    if (next < 0.02 || next > 8) return;
+    scale(factor, factor);
+    emit zoomChanged(zoom());
+}
+
+void GraphView::zoomActual() {
+    resetTransform();
+    emit zoomChanged(zoom());
+}
+
+void GraphView::fitAll() {
+    if (!scene()) return;
+    fitInView(scene()->itemsBoundingRect(), Qt::KeepAspectRatio);
+    emit zoomChanged(zoom());
+}
+
+void GraphView::centerOnItem(QGraphicsItem* item) {
+    if (!item) return;
+    if (zoom() < 0.6) {
+        resetTransform();
+        scale(0.9, 0.9);
+        emit zoomChanged(zoom());
+    }
+    centerOn(item);
+}
+
+void GraphView::wheelEvent(QWheelEvent* e) {
+    if (e->modifiers() & Qt::ControlModifier) {
+        zoomBy(e->angleDelta().y() > 0 ? 1.15 : 1 / 1.15);
+        e->accept();
+        return;
+    }
+    QGraphicsView::wheelEvent(e);
+}
+
+}  // namespace tv::ui

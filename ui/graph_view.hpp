@@ -1,0 +1,31 @@
+// The canvas: a QGraphicsView with zoom (Ctrl+wheel, keys, fit, 100 %) and hand-drag panning.
+#pragma once
+
+#include <QGraphicsView>
+
+namespace tv::ui {
+
+class GraphView : public QGraphicsView {
+    Q_OBJECT
+public:
+    explicit GraphView(QWidget* parent = nullptr);
+    qreal zoom() const { return transform().m11(); }
+
+public slots:
+    void zoomIn() { zoomBy(1.25); }
+    void zoomOut() { zoomBy(0.8); }
+    void zoomActual();
+    void fitAll();
+    void centerOnItem(QGraphicsItem* item);
+
+signals:
+    void zoomChanged(qreal zoom);
+
+protected:
+    void wheelEvent(QWheelEvent* e) override;
+
+private:
+    void zoomBy(qreal factor);
+};
+
+}  // namespace tv::ui

@@ -1,0 +1,464 @@
+#include "main_window.hpp"
+
+#include <QApplication>
+#include <QCloseEvent>
+#include <QDialog>
+#include <QDialogButtonBox>
+#include <QDir>
+#include <QDockWidget>
+#include <QElapsedTimer>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QLabel>
+#include <QLineEdit>
+#include <QListView>
+#include <QListWidget>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QMimeData>
+#include <QPainter>
+#include <QSettings>
+#include <QStatusBar>
+#include <QStyleFactory>
+#include <QSvgGenerator>
+#include <QTextBrowser>
+#include <QToolBar>
+#include <QVBoxLayout>
+#include <QtConcurrent/QtConcurrentRun>
+
+#include <fstream>
+
+#include "find_model.hpp"
+#include "graph_view.hpp"
+#include "inspector.hpp"
+#include "io/plan_json.hpp"
+
+namespace tv::ui {
+
+namespace {
+
+QString examplesDir() {
+    for (const auto& dir : {QCoreApplication::applicationDirPath() + QStringLiteral("/../share/trainverify-studio/examples"),
+                            QStringLiteral(TV_SOURCE_DIR "/resources/examples")})
+        if (QDir(dir).exists()) return QDir(dir).canonicalPath();
+    return {};
+}
+
+std::shared_ptr<LoadedPlan> layout(std::shared_ptr<const Plan> plan, const QString& path, ViewOptions options, StagePlan stages,
+                                   QString* error) {
+    QElapsedTimer t;
+    t.start();
+    auto lp = std::make_shared<LoadedPlan>();
+    lp->plan = std::move(plan);
+    lp->stages = std::move(stages);
+    lp->options = std::move(options);
+    lp->view = buildPlanView(*lp->plan, lp->stages, lp->options);
+    lp->placed = placePlanView(lp->view);
+    lp->path = path;
+    lp->seconds = static_cast<double>(t.nsecsElapsed()) / 1e9;
+    if (!lp->placed.error.empty()) {
+        if (error) *error = QString::fromStdString(lp->placed.error);
+        return nullptr;
+    }
+    return lp;
+}
+
+}  // namespace
+
+std::shared_ptr<LoadedPlan> loadPlan(const QString& path, const std::set<std::int32_t>* collapsed, QString* error) {
+    QElapsedTimer t;
+    t.start();
+    auto res = readPlanFile(path.toStdString());
+    if (!res.ok()) {
+        if (error) {
+            QStringList lines;
+            for (const auto& p : res.problems) lines << QString::fromStdString(p.toString());
+            *error = path + QStringLiteral(":\n") + lines.join(QStringLiteral("\n"));
+        }
+        return nullptr;
+    }
+    std::shared_ptr<const Plan> plan(std::move(res.plan));
+    ViewOptions options;
+    options.collapsedRanks = collapsed ? *collapsed : defaultCollapsedRanks(*plan);
+    auto stages = cutStages(*plan);
+    auto lp = layout(plan, path, options, std::move(stages), error);
+    if (lp) lp->seconds = static_cast<double>(t.nsecsElapsed()) / 1e9;
+    return lp;
+}
+
+std::shared_ptr<LoadedPlan> relayoutPlan(std::shared_ptr<const Plan> plan, const QString& path, ViewOptions options) {
+    auto stages = cutStages(*plan);
+    return layout(std::move(plan), path, std::move(options), std::move(stages), nullptr);
+}
+
+MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent), jobError_(std::make_shared<QString>()) {
+    setWindowTitle(tr("TrainVerify Studio"));
+    setAcceptDrops(true);
+    scene_ = new PlanScene(this);
+    view_ = new GraphView(this);
+    view_->setScene(scene_);
+    setCentralWidget(view_);
+
+    inspector_ = new Inspector(this);
+    auto* inspectorDock = new QDockWidget(tr("Inspector"), this);
+    inspectorDock->setObjectName(QStringLiteral("inspector"));
+    inspectorDock->setWidget(inspector_);
+    addDockWidget(Qt::RightDockWidgetArea, inspectorDock);
+
+    auto* findPanel = new QWidget(this);
+    auto* fl = new QVBoxLayout(findPanel);
+    fl->setContentsMargins(4, 4, 4, 4);
+    findEdit_ = new QLineEdit(findPanel);
+    findEdit_->setPlaceholderText(tr("Find op or tensor (Ctrl+F)"));
+    findEdit_->setClearButtonEnabled(true);
+    findList_ = new QListView(findPanel);
+    findModel_ = new FindResultsModel(this);
+    findList_->setModel(findModel_);
+    fl->addWidget(findEdit_);
+    fl->addWidget(findList_);
+    auto* findDock = new QDockWidget(tr("Find"), this);
+    findDock->setObjectName(QStringLiteral("find"));
+    findDock->setWidget(findPanel);
+    addDockWidget(Qt::LeftDockWidgetArea, findDock);
+    connect(findEdit_, &QLineEdit::textChanged, this, &MainWindow::find);
+    connect(findList_, &QListView::activated, this, [this](const QModelIndex& i) { activateFindResult(i.row()); });
+    connect(findList_, &QListView::clicked, this, [this](const QModelIndex& i) { activateFindResult(i.row()); });
+
+    statusPlan_ = new QLabel(this);
+    statusZoom_ = new QLabel(this);
+    statusBar()->addWidget(statusPlan_, 1);
+    statusBar()->addPermanentWidget(statusZoom_);
+    connect(view_, &GraphView::zoomChanged, this, [this](qreal z) { statusZoom_->setText(tr("zoom %1 %").arg(qRound(z * 100))); });
+
+    connect(scene_, &PlanScene::nodeSelected, this, &MainWindow::onNodeSelected);
+    connect(scene_, &PlanScene::nodeActivated, this, &MainWindow::onNodeActivated);
+    connect(&watcher_, &QFutureWatcher<std::shared_ptr<LoadedPlan>>::finished, this, &MainWindow::onLoaded);
+
+    buildMenus();
+    QSettings s;
+    restoreGeometry(s.value(QStringLiteral("window/geometry")).toByteArray());
+    restoreState(s.value(QStringLiteral("window/state")).toByteArray());
+    if (!s.contains(QStringLiteral("window/geometry"))) resize(1400, 860);
+    applyTheme(s.value(QStringLiteral("view/dark"), false).toBool());
+    scene_->setShowAllLineage(s.value(QStringLiteral("view/allLineage"), true).toBool());
+    rebuildRecentMenu();
+    updateStatus();
+}
+
+MainWindow::~MainWindow() { watcher_.waitForFinished(); }
+
+void MainWindow::buildMenus() {
+    auto* file = menuBar()->addMenu(tr("&File"));
+    file->addAction(tr("&Open Plan..."), QKeySequence::Open, this, [this] {
+        auto path = QFileDialog::getOpenFileName(this, tr("Open Plan"), currentPath_.isEmpty() ? examplesDir() : QFileInfo(currentPath_).path(),
+                                                 tr("TrainVerify plans (*.json);;All files (*)"));
+        if (!path.isEmpty()) openPlan(path);
+    });
+    recentMenu_ = file->addMenu(tr("Open &Recent"));
+    file->addAction(tr("&Example Gallery..."), this, &MainWindow::showGallery);
+    file->addAction(tr("Re&load"), QKeySequence(Qt::CTRL | Qt::Key_R), this, [this] {
+        if (!currentPath_.isEmpty()) openPlan(currentPath_);
+    });
+    file->addSeparator();
+    file->addAction(tr("Export View as &PNG..."), this, [this] {
+        auto path = QFileDialog::getSaveFileName(this, tr("Export PNG"), QString(), tr("PNG images (*.png)"));
+        if (!path.isEmpty() && !exportImage(path)) QMessageBox::warning(this, tr("Export"), tr("Could not write %1").arg(path));
+    });
+    file->addAction(tr("Export View as &SVG..."), this, [this] {
+        auto path = QFileDialog::getSaveFileName(this, tr("Export SVG"), QString(), tr("SVG images (*.svg)"));
+        if (!path.isEmpty() && !exportImage(path)) QMessageBox::warning(this, tr("Export"), tr("Could not write %1").arg(path));
+    });
+    file->addAction(tr("Export Graphs as &DOT..."), this, [this] {
+        auto path = QFileDialog::getSaveFileName(this, tr("Export DOT"), QString(), tr("Graphviz DOT (*.dot *.gv)"));
+        if (!path.isEmpty() && !exportDot(path)) QMessageBox::warning(this, tr("Export"), tr("Could not write %1").arg(path));
+    });
+    file->addSeparator();
+    file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
+
+    auto* view = menuBar()->addMenu(tr("&View"));
+    view->addAction(tr("Zoom &In"), QKeySequence(Qt::CTRL | Qt::Key_Equal), view_, &GraphView::zoomIn);
+    view->addAction(tr("Zoom &Out"), QKeySequence(Qt::CTRL | Qt::Key_Minus), view_, &GraphView::zoomOut);
+    view->addAction(tr("&Fit"), QKeySequence(Qt::CTRL | Qt::Key_0), view_, &GraphView::fitAll);
+    view->addAction(tr("&Actual Size (100 %)"), QKeySequence(Qt::CTRL | Qt::Key_1), view_, &GraphView::zoomActual);
+    view->addSeparator();
+    auto* findAction = view->addAction(tr("&Find..."), QKeySequence::Find, this, [this] {
+        findEdit_->setFocus();
+        findEdit_->selectAll();
+    });
+    (void)findAction;
+    auto* lineage = view->addAction(tr("Show &All Lineage Edges"));
+    lineage->setCheckable(true);
+    lineage->setChecked(QSettings().value(QStringLiteral("view/allLineage"), true).toBool());
+    connect(lineage, &QAction::toggled, this, [this](bool on) {
+        scene_->setShowAllLineage(on);
+        QSettings().setValue(QStringLiteral("view/allLineage"), on);
+    });
+    view->addAction(tr("&Collapse All Ranks"), this, [this] { setRanksCollapsed(true); });
+    view->addAction(tr("&Expand All Ranks"), this, [this] { setRanksCollapsed(false); });
+    view->addSeparator();
+    auto* dark = view->addAction(tr("&Dark Palette"));
+    dark->setCheckable(true);
+    dark->setChecked(QSettings().value(QStringLiteral("view/dark"), false).toBool());
+    connect(dark, &QAction::toggled, this, [this](bool on) {
+        applyTheme(on);
+        QSettings().setValue(QStringLiteral("view/dark"), on);
+        if (scene_->loaded()) scene_->setPlan(std::shared_ptr<const LoadedPlan>(std::make_shared<LoadedPlan>(*scene_->loaded())));
+    });
+
+    auto* help = menuBar()->addMenu(tr("&Help"));
+    help->addAction(tr("&About TrainVerify Studio"), this, [this] {
+        QMessageBox::about(this, tr("About TrainVerify Studio"),
+                           tr("<h3>TrainVerify Studio %1</h3><p>Proves that a distributed training plan computes what the "
+                              "single-device training step computes, or shows the exact operator and shard where it does "
+                              "not.</p><p>The logical graph is on the left, the parallel graph on the right; lineage edges "
+                              "join a logical tensor to the parallel tensors that hold it: solid for a shard, dotted for a "
+                              "replica, dashed for a partial sum.</p><p>Implements the method of TrainVerify (SOSP 2025) with "
+                              "Z3, Graphviz and Qt %2.</p>")
+                               .arg(QStringLiteral(TV_VERSION), QString::fromLatin1(qVersion())));
+    });
+
+    auto* tb = addToolBar(tr("Main"));
+    tb->setObjectName(QStringLiteral("mainToolbar"));
+    tb->addAction(tr("Open"), this, [this] {
+        auto path = QFileDialog::getOpenFileName(this, tr("Open Plan"), examplesDir(), tr("TrainVerify plans (*.json)"));
+        if (!path.isEmpty()) openPlan(path);
+    });
+    tb->addAction(tr("Examples"), this, &MainWindow::showGallery);
+    tb->addSeparator();
+    tb->addAction(tr("Fit"), view_, &GraphView::fitAll);
+    tb->addAction(tr("100 %"), view_, &GraphView::zoomActual);
+}
+
+void MainWindow::startJob(std::function<std::shared_ptr<LoadedPlan>(QString*)> job, const QString& what) {
+    const auto id = ++jobId_;
+    auto error = std::make_shared<QString>();
+    jobError_ = error;
+    statusPlan_->setText(what);
+    QApplication::setOverrideCursor(Qt::BusyCursor);
+    if (watcher_.isRunning()) watcher_.waitForFinished();
+    watcher_.setProperty("jobId", QVariant::fromValue(id));
+    watcher_.setFuture(QtConcurrent::run([job, error]() { return job(error.get()); }));
+}
+
+void MainWindow::openPlan(const QString& path) {
+    const QString abs = QFileInfo(path).absoluteFilePath();
+    startJob([abs](QString* error) { return loadPlan(abs, nullptr, error); }, tr("Opening %1...").arg(QFileInfo(path).fileName()));
+}
+
+void MainWindow::onLoaded() {
+    QApplication::restoreOverrideCursor();
+    const auto id = watcher_.property("jobId").toULongLong();
+    if (id != jobId_) return;  // a newer job superseded this one
+    auto loaded = watcher_.result();
+    if (!loaded) {
+        const QString msg = jobError_->isEmpty() ? tr("The plan could not be opened.") : *jobError_;
+        statusPlan_->setText(tr("Failed to open the plan"));
+        emit loadFailed(msg);
+        if (isVisible()) QMessageBox::warning(this, tr("Cannot open plan"), msg);
+        return;
+    }
+    const bool samePlan = scene_->loaded() && scene_->loaded()->path == loaded->path;
+    shownJobId_ = id;
+    currentPath_ = loaded->path;
+    scene_->setPlan(loaded);
+    findModel_->setView(&scene_->loaded()->view);
+    inspector_->show(nullptr, -1);
+    if (!samePlan) view_->fitAll();
+    rememberRecent(currentPath_);
+    setWindowTitle(tr("%1 — TrainVerify Studio").arg(QFileInfo(currentPath_).fileName()));
+    updateStatus();
+    emit planLoaded();
+}
+
+void MainWindow::updateStatus() {
+    const auto* l = scene_->loaded();
+    if (!l) {
+        statusPlan_->setText(tr("No plan open. File ▸ Open (Ctrl+O), File ▸ Example Gallery, or drop a plan file here."));
+        return;
+    }
+    const auto& p = *l->plan;
+    statusPlan_->setText(tr("%1 — logical %2 ops, parallel %3 ops on %4 ranks, %5 microbatch(es), %6 lineage records, %7 stages — laid out in %8 s")
+                             .arg(QString::fromStdString(p.name.empty() ? QFileInfo(l->path).fileName().toStdString() : p.name))
+                             .arg(p.logical.ops.size())
+                             .arg(p.parallel.ops.size())
+                             .arg(p.ranks.size())
+                             .arg(p.microbatches)
+                             .arg(p.lineage.size())
+                             .arg(l->stages.stages.size())
+                             .arg(l->seconds, 0, 'f', 2));
+}
+
+void MainWindow::onNodeSelected(int node) { inspector_->show(scene_->loaded(), node); }
+
+void MainWindow::onNodeActivated(int node) {
+    const auto* l = scene_->loaded();
+    if (!l || node < 0) return;
+    const auto& n = l->view.nodes[node];
+    if (n.kind == ViewNodeKind::CollapsedRank) toggleRank(static_cast<std::int32_t>(n.id));
+}
+
+void MainWindow::toggleRank(std::int32_t rank) {
+    const auto* l = scene_->loaded();
+    if (!l) return;
+    auto options = l->options;
+    if (!options.collapsedRanks.erase(rank)) options.collapsedRanks.insert(rank);
+    auto plan = l->plan;
+    auto path = l->path;
+    startJob([plan, path, options](QString*) { return relayoutPlan(plan, path, options); }, tr("Laying out..."));
+}
+
+void MainWindow::setRanksCollapsed(bool collapsed) {
+    const auto* l = scene_->loaded();
+    if (!l) return;
+    auto options = l->options;
+    options.collapsedRanks.clear();
+    if (collapsed)
+        for (std::int32_t r = 0; r < static_cast<std::int32_t>(l->plan->ranks.size()); ++r) options.collapsedRanks.insert(r);
+    auto plan = l->plan;
+    auto path = l->path;
+    startJob([plan, path, options](QString*) { return relayoutPlan(plan, path, options); }, tr("Laying out..."));
+}
+
+void MainWindow::find(const QString& query) {
+    if (findEdit_->text() != query) findEdit_->setText(query);
+    findModel_->setQuery(query);
+    statusBar()->showMessage(tr("%n match(es)", nullptr, findModel_->rowCount()), 3000);
+}
+
+void MainWindow::activateFindResult(int row) {
+    const int node = findModel_->nodeAt(row);
+    if (node < 0) return;
+    scene_->selectNode(node);
+    view_->centerOnItem(scene_->itemForNode(node));
+}
+
+bool MainWindow::exportImage(const QString& path) {
+    if (!scene_->loaded()) return false;
+    const QRectF src = scene_->itemsBoundingRect().adjusted(-20, -20, 20, 20);
+    if (path.endsWith(QStringLiteral(".svg"), Qt::CaseInsensitive)) {
+        QSvgGenerator svg;
+        svg.setFileName(path);
+        svg.setSize(src.size().toSize());
+        svg.setViewBox(QRectF(QPointF(0, 0), src.size()));
+        svg.setTitle(QFileInfo(currentPath_).fileName());
+        svg.setDescription(tr("TrainVerify Studio: logical and parallel graphs with lineage"));
+        QPainter p(&svg);
+        scene_->render(&p, QRectF(QPointF(0, 0), src.size()), src);
+        return p.end();
+    }
+    // Large scenes are scaled down to at most 8000 pixels on a side.
+    const qreal scale = std::min<qreal>(2.0, 8000.0 / std::max(src.width(), src.height()));
+    QImage img((src.size() * scale).toSize(), QImage::Format_ARGB32_Premultiplied);
+    img.fill(dark_ ? QColor(30, 30, 34) : Qt::white);
+    QPainter p(&img);
+    p.setRenderHint(QPainter::Antialiasing);
+    scene_->render(&p, QRectF(QPointF(0, 0), img.size()), src);
+    p.end();
+    return img.save(path);
+}
+
+bool MainWindow::exportDot(const QString& path) {
+    const auto* l = scene_->loaded();
+    if (!l) return false;
+    std::ofstream out(path.toStdString());
+    if (!out) return false;
+    for (auto side : {ViewSide::Logical, ViewSide::Parallel}) {
+        std::vector<int> map;
+        auto req = l->view.layoutRequest(side, map);
+        std::vector<std::string> labels;
+        for (int n : map) labels.push_back(l->view.nodes[n].name + "\n" + l->view.nodes[n].label);
+        out << toDot(req, labels, side == ViewSide::Logical ? "logical" : "parallel");
+    }
+    return static_cast<bool>(out);
+}
+
+void MainWindow::rememberRecent(const QString& path) {
+    QSettings s;
+    auto list = s.value(QStringLiteral("files/recent")).toStringList();
+    list.removeAll(path);
+    list.prepend(path);
+    while (list.size() > 10) list.removeLast();
+    s.setValue(QStringLiteral("files/recent"), list);
+    rebuildRecentMenu();
+}
+
+void MainWindow::rebuildRecentMenu() {
+    recentMenu_->clear();
+    const auto list = QSettings().value(QStringLiteral("files/recent")).toStringList();
+    for (const auto& path : list) recentMenu_->addAction(QFileInfo(path).fileName(), this, [this, path] { openPlan(path); })->setToolTip(path);
+    recentMenu_->setEnabled(!list.isEmpty());
+}
+
+void MainWindow::showGallery() {
+    QDialog dlg(this);
+    dlg.setWindowTitle(tr("Example Gallery"));
+    auto* layout = new QVBoxLayout(&dlg);
+    auto* list = new QListWidget(&dlg);
+    auto* about = new QTextBrowser(&dlg);
+    layout->addWidget(new QLabel(tr("Bundled example plans. Each states the verdict it should get."), &dlg));
+    layout->addWidget(list, 2);
+    layout->addWidget(about, 1);
+    auto* buttons = new QDialogButtonBox(QDialogButtonBox::Open | QDialogButtonBox::Cancel, &dlg);
+    layout->addWidget(buttons);
+    const QDir dir(examplesDir());
+    for (const auto& fi : dir.entryInfoList({QStringLiteral("*.json")}, QDir::Files, QDir::Name)) {
+        std::ifstream in(fi.absoluteFilePath().toStdString());
+        nlohmann::json doc = nlohmann::json::parse(in, nullptr, false);
+        auto* item = new QListWidgetItem(fi.completeBaseName(), list);
+        item->setData(Qt::UserRole, fi.absoluteFilePath());
+        QString desc = doc.is_object() && doc.contains("description") && doc["description"].is_string()
+                           ? QString::fromStdString(doc["description"].get<std::string>())
+                           : QString();
+        QString verdict = doc.is_object() && doc.contains("expect") ? QString::fromStdString(doc["expect"].value("verdict", "")) : QString();
+        item->setData(Qt::UserRole + 1, QStringLiteral("<p>%1</p><p><b>%2</b> %3</p>").arg(desc.toHtmlEscaped(), tr("Expected verdict:"), verdict));
+    }
+    connect(list, &QListWidget::currentItemChanged, about, [about](QListWidgetItem* item) {
+        about->setHtml(item ? item->data(Qt::UserRole + 1).toString() : QString());
+    });
+    connect(list, &QListWidget::itemDoubleClicked, &dlg, &QDialog::accept);
+    connect(buttons, &QDialogButtonBox::accepted, &dlg, &QDialog::accept);
+    connect(buttons, &QDialogButtonBox::rejected, &dlg, &QDialog::reject);
+    list->setCurrentRow(0);
+    dlg.resize(640, 480);
+    if (dlg.exec() == QDialog::Accepted && list->currentItem()) openPlan(list->currentItem()->data(Qt::UserRole).toString());
+}
+
+void MainWindow::applyTheme(bool dark) {
+    dark_ = dark;
+    QPalette pal;
+    if (dark) {
+        pal.setColor(QPalette::Window, QColor(45, 45, 50));
+        pal.setColor(QPalette::WindowText, QColor(230, 230, 235));
+        pal.setColor(QPalette::Base, QColor(32, 32, 36));
+        pal.setColor(QPalette::AlternateBase, QColor(45, 45, 50));
+        pal.setColor(QPalette::Text, QColor(230, 230, 235));
+        pal.setColor(QPalette::Button, QColor(55, 55, 60));
+        pal.setColor(QPalette::ButtonText, QColor(230, 230, 235));
+        pal.setColor(QPalette::Highlight, QColor(0, 120, 215));
+        pal.setColor(QPalette::HighlightedText, Qt::white);
+        pal.setColor(QPalette::ToolTipBase, QColor(55, 55, 60));
+        pal.setColor(QPalette::ToolTipText, QColor(230, 230, 235));
+    } else {
+        pal = QApplication::style()->standardPalette();
+    }
+    QApplication::setPalette(pal);
+    scene_->setDark(dark);
+}
+
+void MainWindow::closeEvent(QCloseEvent* e) {
+    QSettings s;
+    s.setValue(QStringLiteral("window/geometry"), saveGeometry());
+    s.setValue(QStringLiteral("window/state"), saveState());
+    QMainWindow::closeEvent(e);
+}
+
+void MainWindow::dragEnterEvent(QDragEnterEvent* e) {
+    if (e->mimeData()->hasUrls()) e->acceptProposedAction();
+}
+
+void MainWindow::dropEvent(QDropEvent* e) {
+    const auto urls = e->mimeData()->urls();
+    if (!urls.isEmpty() && urls.first().isLocalFile()) openPlan(urls.first().toLocalFile());
+}
+
+}  // namespace tv::ui

@@ -1,0 +1,83 @@
+// The Studio's main window: the dual view, the inspector, Find, files, export and preferences.
+#pragma once
+
+#include <QFutureWatcher>
+#include <QMainWindow>
+
+#include <memory>
+
+#include "plan_scene.hpp"
+
+class QLabel;
+class QLineEdit;
+class QListView;
+class QMenu;
+
+namespace tv::ui {
+
+class GraphView;
+class Inspector;
+class FindResultsModel;
+
+/// Reads, cuts stages, builds the view and lays it out: everything a plan needs, off the GUI thread.
+std::shared_ptr<LoadedPlan> loadPlan(const QString& path, const std::set<std::int32_t>* collapsed, QString* error);
+/// The same for a plan already in memory (re-layout after expanding or collapsing ranks).
+std::shared_ptr<LoadedPlan> relayoutPlan(std::shared_ptr<const Plan> plan, const QString& path, ViewOptions options);
+
+class MainWindow : public QMainWindow {
+    Q_OBJECT
+public:
+    explicit MainWindow(QWidget* parent = nullptr);
+    ~MainWindow() override;
+
+    /// Opens a plan in the background; emits planLoaded or loadFailed.
+    void openPlan(const QString& path);
+    PlanScene* scene() const { return scene_; }
+    GraphView* view() const { return view_; }
+    Inspector* inspector() const { return inspector_; }
+    FindResultsModel* findModel() const { return findModel_; }
+    void find(const QString& query);
+    void activateFindResult(int row);
+    bool exportImage(const QString& path);
+    bool exportDot(const QString& path);
+    void setRanksCollapsed(bool collapsed);
+    void toggleRank(std::int32_t rank);
+
+signals:
+    void planLoaded();
+    void loadFailed(const QString& message);
+
+protected:
+    void closeEvent(QCloseEvent* e) override;
+    void dragEnterEvent(QDragEnterEvent* e) override;
+    void dropEvent(QDropEvent* e) override;
+
+private:
+    void buildMenus();
+    void startJob(std::function<std::shared_ptr<LoadedPlan>(QString*)> job, const QString& what);
+    void onLoaded();
+    void onNodeSelected(int node);
+    void onNodeActivated(int node);
+    void rememberRecent(const QString& path);
+    void rebuildRecentMenu();
+    void showGallery();
+    void applyTheme(bool dark);
+    void updateStatus();
+
+    PlanScene* scene_;
+    GraphView* view_;
+    Inspector* inspector_;
+    FindResultsModel* findModel_;
+    QLineEdit* findEdit_ = nullptr;
+    QListView* findList_ = nullptr;
+    QMenu* recentMenu_ = nullptr;
+    QLabel* statusPlan_ = nullptr;
+    QLabel* statusZoom_ = nullptr;
+    QFutureWatcher<std::shared_ptr<LoadedPlan>> watcher_;
+    std::shared_ptr<QString> jobError_;
+    quint64 jobId_ = 0, shownJobId_ = 0;
+    QString currentPath_;
+    bool dark_ = false;
+};
+
+}  // namespace tv::ui

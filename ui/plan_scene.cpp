@@ -1,0 +1,285 @@
+#include "plan_scene.hpp"
+
+#include <QGraphicsPathItem>
+#include <QGraphicsSceneMouseEvent>
+#include <QPainter>
+#include <QStyleOptionGraphicsItem>
+
+#include "ops/registry.hpp"
+
+namespace tv::ui {
+
+namespace {
+
+QRectF toQt(const Rect& r) { return QRectF(r.x, r.y, r.width, r.height); }
+
+struct Palette {
+    QColor logicalOp, parallelOp, collective, tensor, collapsed, text, edge, stageBand, rankBand, mbBand, selection, related;
+};
+
+Palette paletteFor(bool dark) {
+    if (dark)
+        return {QColor(40, 70, 110), QColor(40, 95, 70), QColor(120, 85, 30), QColor(60, 60, 66), QColor(80, 80, 90),
+                QColor(230, 230, 235), QColor(150, 150, 160), QColor(70, 90, 130, 60), QColor(80, 130, 100, 50),
+                QColor(200, 200, 220, 25), QColor(255, 200, 60), QColor(90, 200, 255)};
+    return {QColor(214, 230, 250), QColor(214, 240, 222), QColor(252, 226, 190), QColor(255, 255, 255), QColor(225, 225, 232),
+            QColor(25, 25, 30), QColor(120, 120, 130), QColor(90, 120, 200, 28), QColor(60, 160, 100, 26),
+            QColor(0, 0, 0, 10), QColor(230, 120, 0), QColor(0, 120, 215)};
+}
+
+QColor lineageColor(LineageKind k) {
+    switch (k) {
+        case LineageKind::Shard: return QColor(40, 110, 220);
+        case LineageKind::Replica: return QColor(130, 130, 140);
+        case LineageKind::PartialSum: return QColor(150, 60, 190);
+    }
+    return Qt::gray;
+}
+
+}  // namespace
+
+/// One op, tensor or collapsed rank. Paints with level of detail: no text when it cannot be read.
+class NodeItem : public QGraphicsItem {
+public:
+    NodeItem(PlanScene* scene, int node, const ViewNode& n, QRectF rect, bool collective)
+        : scene_(scene), node_(node), rect_(rect), kind_(n.kind), side_(n.side), collective_(collective),
+          title_(QString::fromStdString(n.name)), subtitle_(QString::fromStdString(n.label)) {
+        setFlag(ItemIsSelectable);
+        setToolTip(title_ + QStringLiteral("\n") + subtitle_);
+        setZValue(2);
+    }
+    QRectF boundingRect() const override { return rect_.adjusted(-3, -3, 3, 3); }
+    void setHighlight(int h) {
+        if (h != highlight_) {
+            highlight_ = h;
+            update();
+        }
+    }
+    int node() const { return node_; }
+
+    void paint(QPainter* p, const QStyleOptionGraphicsItem* opt, QWidget*) override {
+        const auto pal = paletteFor(scene_->dark_);
+        const qreal lod = opt->levelOfDetailFromTransform(p->worldTransform());
+        QColor fill = kind_ == ViewNodeKind::Tensor ? pal.tensor
+                      : kind_ == ViewNodeKind::CollapsedRank ? pal.collapsed
+                      : collective_ ? pal.collective
+                      : side_ == ViewSide::Logical ? pal.logicalOp : pal.parallelOp;
+        QPen pen(pal.edge, 1);
+        if (highlight_ == 2 || isSelected()) pen = QPen(pal.selection, 3);
+        else if (highlight_ == 1) pen = QPen(pal.related, 2.5);
+        p->setPen(pen);
+        p->setBrush(fill);
+        if (lod < 0.25) {
+            p->drawRect(rect_);
+            return;
+        }
+        const qreal radius = kind_ == ViewNodeKind::Tensor ? 10 : 3;
+        p->drawRoundedRect(rect_, radius, radius);
+        if (kind_ == ViewNodeKind::CollapsedRank) {
+            p->drawLine(rect_.topLeft() + QPointF(4, 4), rect_.topRight() + QPointF(-4, 4));
+        }
+        if (lod < 0.55) return;
+        p->setPen(pal.text);
+        QFont f = p->font();
+        f.setPointSizeF(8);
+        p->setFont(f);
+        auto inner = rect_.adjusted(4, 2, -4, -2);
+        p->drawText(QRectF(inner.left(), inner.top(), inner.width(), inner.height() / 2), Qt::AlignCenter, title_);
+        f.setPointSizeF(7);
+        f.setItalic(true);
+        p->setFont(f);
+        p->drawText(QRectF(inner.left(), inner.center().y(), inner.width(), inner.height() / 2), Qt::AlignCenter, subtitle_);
+    }
+
+protected:
+    void mouseDoubleClickEvent(QGraphicsSceneMouseEvent* e) override {
+        emit scene_->nodeActivated(node_);
+        QGraphicsItem::mouseDoubleClickEvent(e);
+    }
+
+private:
+    PlanScene* scene_;
+    int node_;
+    QRectF rect_;
+    ViewNodeKind kind_;
+    ViewSide side_;
+    bool collective_;
+    QString title_, subtitle_;
+    int highlight_ = 0;  ///< 0 none, 1 counterpart, 2 selected
+};
+
+/// A stage band or a rank/microbatch group, drawn behind the ops.
+class GroupItem : public QGraphicsItem {
+public:
+    GroupItem(PlanScene* scene, const ViewGroup& g, QRectF rect) : scene_(scene), kind_(g.kind), rect_(rect), label_(QString::fromStdString(g.label)) {
+        setZValue(kind_ == ViewGroupKind::Microbatch ? -1 : -2);
+    }
+    QRectF boundingRect() const override { return rect_; }
+    ViewGroupKind kind() const { return kind_; }
+    void paint(QPainter* p, const QStyleOptionGraphicsItem* opt, QWidget*) override {
+        const auto pal = paletteFor(scene_->dark_);
+        QColor band = kind_ == ViewGroupKind::Stage ? pal.stageBand : kind_ == ViewGroupKind::Rank ? pal.rankBand : pal.mbBand;
+        p->setPen(QPen(band.darker(160), kind_ == ViewGroupKind::Rank ? 1.5 : 1, kind_ == ViewGroupKind::Microbatch ? Qt::DashLine : Qt::SolidLine));
+        p->setBrush(band);
+        p->drawRoundedRect(rect_, 6, 6);
+        if (opt->levelOfDetailFromTransform(p->worldTransform()) < 0.35) return;
+        QFont f = p->font();
+        f.setPointSizeF(kind_ == ViewGroupKind::Microbatch ? 7 : 8);
+        f.setBold(kind_ != ViewGroupKind::Microbatch);
+        p->setFont(f);
+        p->setPen(pal.text);
+        p->drawText(rect_.adjusted(6, 2, -6, -2), Qt::AlignTop | Qt::AlignLeft, label_);
+    }
+
+private:
+    PlanScene* scene_;
+    ViewGroupKind kind_;
+    QRectF rect_;
+    QString label_;
+};
+
+PlanScene::PlanScene(QObject* parent) : QGraphicsScene(parent) {
+    setItemIndexMethod(QGraphicsScene::BspTreeIndex);
+    connect(this, &QGraphicsScene::selectionChanged, this, &PlanScene::onSelectionChanged);
+}
+
+PlanScene::~PlanScene() {
+    // Deleting selected items emits selectionChanged; our bookkeeping must not see that.
+    blockSignals(true);
+    clear();
+    nodes_.clear();
+    lineageItems_.clear();
+    groupItems_.clear();
+}
+
+int PlanScene::groupItemCount(ViewGroupKind kind) const {
+    int n = 0;
+    for (auto* g : groupItems_) n += static_cast<GroupItem*>(g)->kind() == kind;
+    return n;
+}
+
+QGraphicsItem* PlanScene::itemForNode(int node) const {
+    return node >= 0 && node < static_cast<int>(nodes_.size()) ? nodes_[node] : nullptr;
+}
+
+void PlanScene::setPlan(std::shared_ptr<const LoadedPlan> loaded) {
+    clearSelection();
+    {
+        const QSignalBlocker block(this);
+        clear();
+    }
+    nodes_.clear();
+    groupItems_.clear();
+    lineageItems_.clear();
+    highlighted_.clear();
+    selected_ = -1;
+    loaded_ = std::move(loaded);
+    if (!loaded_) return;
+    const auto& v = loaded_->view;
+    const auto& pl = loaded_->placed;
+    const auto pal = paletteFor(dark_);
+    const auto& reg = OpRegistry::instance();
+
+    for (std::size_t g = 0; g < v.groups.size(); ++g) {
+        auto* item = new GroupItem(this, v.groups[g], toQt(pl.groupRects[g]));
+        addItem(item);
+        groupItems_.push_back(item);
+    }
+    for (std::size_t i = 0; i < v.nodes.size(); ++i) {
+        const auto& n = v.nodes[i];
+        bool collective = n.side == ViewSide::Parallel && n.kind == ViewNodeKind::Op &&
+                          reg.spec(loaded_->plan->parallel.ops[n.id].kind).collective;
+        auto* item = new NodeItem(this, static_cast<int>(i), n, toQt(pl.nodeRects[i]), collective);
+        addItem(item);
+        nodes_.push_back(item);
+    }
+    QPen edgePen(pal.edge, 1);
+    for (std::size_t e = 0; e < pl.dataflowPaths.size(); ++e) {
+        const auto& pts = pl.dataflowPaths[e];
+        if (pts.size() < 4) continue;
+        QPainterPath path(QPointF(pts[0].x, pts[0].y));
+        for (std::size_t k = 1; k + 2 < pts.size(); k += 3)
+            path.cubicTo(QPointF(pts[k].x, pts[k].y), QPointF(pts[k + 1].x, pts[k + 1].y), QPointF(pts[k + 2].x, pts[k + 2].y));
+        QPointF end(pts.back().x, pts.back().y), tip(pl.dataflowTips[e].x, pl.dataflowTips[e].y);
+        path.lineTo(tip);
+        QLineF dir(end, tip);
+        if (dir.length() > 0.1) {
+            QLineF a = dir.normalVector();
+            a.setLength(3);
+            QPolygonF head({tip, end + QPointF(a.dx(), a.dy()), end - QPointF(a.dx(), a.dy())});
+            path.addPolygon(head);
+        }
+        auto* item = addPath(path, edgePen);
+        item->setZValue(1);
+    }
+    for (const auto& e : v.lineage) {
+        const auto a = toQt(pl.nodeRects[e.logical]);
+        const auto b = toQt(pl.nodeRects[e.parallel]);
+        QPointF from(a.right(), a.center().y()), to(b.left(), b.center().y());
+        QPainterPath path(from);
+        const qreal dx = std::max<qreal>(60, (to.x() - from.x()) / 2);
+        path.cubicTo(from + QPointF(dx, 0), to - QPointF(dx, 0), to);
+        QPen pen(lineageColor(e.kind), e.kind == LineageKind::PartialSum ? 1.4 : 1.1,
+                 e.kind == LineageKind::Replica ? Qt::DotLine : e.kind == LineageKind::PartialSum ? Qt::DashLine : Qt::SolidLine);
+        auto* item = addPath(path, pen);
+        item->setZValue(0.5);
+        item->setToolTip(QStringLiteral("%1: %2%3")
+                             .arg(QString::fromStdString(std::string(toString(e.kind))),
+                                  e.coeff.isOne() ? QString() : QString::fromStdString(e.coeff.toString()) + QStringLiteral(" × "),
+                                  QString::fromStdString(v.nodes[e.parallel].name)));
+        lineageItems_.push_back(item);
+    }
+    QRectF all = itemsBoundingRect();
+    setSceneRect(all.adjusted(-40, -40, 40, 40));
+    updateLineageVisibility();
+}
+
+void PlanScene::selectNode(int node) {
+    clearSelection();
+    if (auto* item = itemForNode(node)) item->setSelected(true);
+}
+
+void PlanScene::onSelectionChanged() {
+    for (int n : highlighted_)
+        if (auto* item = itemForNode(n)) static_cast<NodeItem*>(item)->setHighlight(0);
+    if (auto* item = itemForNode(selected_)) static_cast<NodeItem*>(item)->setHighlight(0);
+    highlighted_.clear();
+    selected_ = -1;
+    for (auto* item : selectedItems()) {
+        auto it = std::find(nodes_.begin(), nodes_.end(), item);
+        if (it != nodes_.end()) {
+            selected_ = static_cast<int>(it - nodes_.begin());
+            break;
+        }
+    }
+    if (selected_ >= 0 && loaded_) {
+        static_cast<NodeItem*>(nodes_[selected_])->setHighlight(2);
+        highlighted_ = loaded_->view.counterparts(selected_);
+        for (int n : highlighted_) static_cast<NodeItem*>(nodes_[n])->setHighlight(1);
+    }
+    updateLineageVisibility();
+    emit nodeSelected(selected_);
+}
+
+void PlanScene::setShowAllLineage(bool all) {
+    showAllLineage_ = all;
+    updateLineageVisibility();
+}
+
+void PlanScene::updateLineageVisibility() {
+    if (!loaded_) return;
+    const auto& lin = loaded_->view.lineage;
+    for (std::size_t i = 0; i < lineageItems_.size(); ++i) {
+        bool touches = selected_ >= 0 && (lin[i].logical == selected_ || lin[i].parallel == selected_);
+        lineageItems_[i]->setVisible(showAllLineage_ || touches);
+        lineageItems_[i]->setOpacity(selected_ >= 0 && !touches ? 0.25 : 1.0);
+    }
+}
+
+void PlanScene::setDark(bool dark) {
+    dark_ = dark;
+    setBackgroundBrush(dark ? QColor(30, 30, 34) : QColor(250, 250, 252));
+    update();
+}
+
+}  // namespace tv::ui

@@ -1,0 +1,75 @@
+// The dual view's scene: the logical graph on the left, the parallel graph on the right, stage and
+// rank groups as bands, lineage edges between the two sides. Items are plain QGraphicsItems owned
+// by the scene and indexed by PlanView node; highlighting is a state change, not a rebuild.
+#pragma once
+
+#include <QGraphicsScene>
+#include <QPointer>
+
+#include <memory>
+#include <vector>
+
+#include "explore/plan_view.hpp"
+
+class QGraphicsItem;
+
+namespace tv::ui {
+
+/// Everything a loaded plan needs on screen, computed off the GUI thread.
+struct LoadedPlan {
+    std::shared_ptr<const Plan> plan;
+    StagePlan stages;
+    ViewOptions options;
+    PlanView view;
+    PlacedView placed;
+    QString path;
+    double seconds = 0;  ///< time to read, cut stages and lay out
+};
+
+class NodeItem;
+class GroupItem;
+
+class PlanScene : public QGraphicsScene {
+    Q_OBJECT
+public:
+    explicit PlanScene(QObject* parent = nullptr);
+    ~PlanScene() override;
+
+    void setPlan(std::shared_ptr<const LoadedPlan> loaded);
+    const LoadedPlan* loaded() const { return loaded_.get(); }
+
+    int nodeItemCount() const { return static_cast<int>(nodes_.size()); }
+    int lineageItemCount() const { return static_cast<int>(lineageItems_.size()); }
+    int groupItemCount(ViewGroupKind kind) const;
+    QGraphicsItem* itemForNode(int node) const;
+    int selectedNode() const { return selected_; }
+    /// Nodes currently highlighted as counterparts of the selection.
+    const std::vector<int>& highlighted() const { return highlighted_; }
+
+    void selectNode(int node);
+    /// Lineage edges: all of them, or only those touching the selection.
+    void setShowAllLineage(bool all);
+    bool showAllLineage() const { return showAllLineage_; }
+    void setDark(bool dark);
+
+signals:
+    void nodeSelected(int node);
+    void nodeActivated(int node);  ///< double-click (e.g. expand a collapsed rank)
+
+private:
+    void onSelectionChanged();
+    void updateLineageVisibility();
+    friend class NodeItem;
+    friend class GroupItem;
+
+    std::shared_ptr<const LoadedPlan> loaded_;
+    std::vector<NodeItem*> nodes_;
+    std::vector<QGraphicsItem*> groupItems_;
+    std::vector<QGraphicsItem*> lineageItems_;   ///< parallel to loaded_->view.lineage
+    std::vector<int> highlighted_;
+    int selected_ = -1;
+    bool showAllLineage_ = true;
+    bool dark_ = false;
+};
+
+}  // namespace tv::ui
