@@ -18,11 +18,17 @@ void FindResultsModel::setQuery(const QString& query) {
             return s;
         };
         const auto lq = lower(q);
+        // Exact names first, then names starting with the query, then any other match.
+        std::vector<std::pair<int, int>> ranked;
         for (std::size_t i = 0; i < view_->nodes.size(); ++i) {
             const auto& n = view_->nodes[i];
-            if (lower(n.name).find(lq) != std::string::npos || lower(n.label).find(lq) != std::string::npos)
-                hits_.push_back(static_cast<int>(i));
+            const auto name = lower(n.name);
+            const auto at = name.find(lq);
+            int rank = name == lq ? 0 : at == 0 ? 1 : at != std::string::npos ? 2 : lower(n.label).find(lq) != std::string::npos ? 3 : -1;
+            if (rank >= 0) ranked.emplace_back(rank, static_cast<int>(i));
         }
+        std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+        for (const auto& [rank, node] : ranked) hits_.push_back(node);
     }
     endResetModel();
 }

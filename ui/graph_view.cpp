@@ -12,13 +12,19 @@ GraphView::GraphView(QWidget* parent) : QGraphicsView(parent) {
     setViewportUpdateMode(QGraphicsView::MinimalViewportUpdate);
     setOptimizationFlag(QGraphicsView::DontSavePainterState);
     setFocusPolicy(Qt::StrongFocus);
+    connect(this, &GraphView::zoomChanged, this, &GraphView::onZoomChanged);
 }
 
 void GraphView::zoomBy(qreal factor) {
     const qreal next = zoom() * factor;
-    if (next < 0.02 || next > 8) return;
+    if (next < 0.01 || next > 8) return;
     scale(factor, factor);
     emit zoomChanged(zoom());
+}
+
+void GraphView::onZoomChanged() {
+    // Level of detail: antialiasing only where shapes are large enough to benefit.
+    setRenderHint(QPainter::Antialiasing, zoom() >= 0.3);
 }
 
 void GraphView::zoomActual() {

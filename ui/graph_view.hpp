@@ -26,6 +26,7 @@ protected:
 
 private:
     void zoomBy(qreal factor);
+    void onZoomChanged();
 };
 
 }  // namespace tv::ui

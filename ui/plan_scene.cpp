@@ -138,6 +138,42 @@ private:
     QString label_;
 };
 
+/// A dataflow or lineage edge. At low zoom it is drawn as a straight, solid, aliased line
+/// between its ends: long dashed curves are what makes panning a large plan slow.
+class EdgeItem : public QGraphicsItem {
+public:
+    EdgeItem(QPainterPath path, QPen pen) : path_(std::move(path)), pen_(std::move(pen)) {
+        bounds_ = path_.boundingRect().adjusted(-2, -2, 2, 2);
+        from_ = path_.elementAt(0);
+        to_ = path_.currentPosition();
+    }
+    QRectF boundingRect() const override { return bounds_; }
+    QPainterPath shape() const override {
+        QPainterPathStroker s;
+        s.setWidth(6);
+        return s.createStroke(path_);
+    }
+    void paint(QPainter* p, const QStyleOptionGraphicsItem* opt, QWidget*) override {
+        const qreal lod = opt->levelOfDetailFromTransform(p->worldTransform());
+        if (lod < 0.35) {
+            QPen pen(pen_.color(), 0);
+            p->setRenderHint(QPainter::Antialiasing, false);
+            p->setPen(pen);
+            p->drawLine(from_, to_);
+            return;
+        }
+        p->setPen(pen_);
+        p->setBrush(Qt::NoBrush);
+        p->drawPath(path_);
+    }
+
+private:
+    QPainterPath path_;
+    QPen pen_;
+    QRectF bounds_;
+    QPointF from_, to_;
+};
+
 PlanScene::PlanScene(QObject* parent) : QGraphicsScene(parent) {
     setItemIndexMethod(QGraphicsScene::BspTreeIndex);
     connect(this, &QGraphicsScene::selectionChanged, this, &PlanScene::onSelectionChanged);
@@ -209,29 +245,45 @@ void PlanScene::setPlan(std::shared_ptr<const LoadedPlan> loaded) {
             QPolygonF head({tip, end + QPointF(a.dx(), a.dy()), end - QPointF(a.dx(), a.dy())});
             path.addPolygon(head);
         }
-        auto* item = addPath(path, edgePen);
+        auto* item = new EdgeItem(path, edgePen);
+        addItem(item);
         item->setZValue(1);
     }
-    for (const auto& e : v.lineage) {
-        const auto a = toQt(pl.nodeRects[e.logical]);
-        const auto b = toQt(pl.nodeRects[e.parallel]);
-        QPointF from(a.right(), a.center().y()), to(b.left(), b.center().y());
-        QPainterPath path(from);
-        const qreal dx = std::max<qreal>(60, (to.x() - from.x()) / 2);
-        path.cubicTo(from + QPointF(dx, 0), to - QPointF(dx, 0), to);
-        QPen pen(lineageColor(e.kind), e.kind == LineageKind::PartialSum ? 1.4 : 1.1,
-                 e.kind == LineageKind::Replica ? Qt::DotLine : e.kind == LineageKind::PartialSum ? Qt::DashLine : Qt::SolidLine);
-        auto* item = addPath(path, pen);
-        item->setZValue(0.5);
-        item->setToolTip(QStringLiteral("%1: %2%3")
-                             .arg(QString::fromStdString(std::string(toString(e.kind))),
-                                  e.coeff.isOne() ? QString() : QString::fromStdString(e.coeff.toString()) + QStringLiteral(" × "),
-                                  QString::fromStdString(v.nodes[e.parallel].name)));
-        lineageItems_.push_back(item);
-    }
+    // Large plans create lineage items on demand, for the selection only.
+    lineageItems_.assign(v.lineage.size(), nullptr);
+    if (v.lineage.size() <= kMaxAlwaysShownLineage)
+        for (std::size_t i = 0; i < v.lineage.size(); ++i) lineageItem(i);
     QRectF all = itemsBoundingRect();
     setSceneRect(all.adjusted(-40, -40, 40, 40));
     updateLineageVisibility();
+}
+
+QGraphicsItem* PlanScene::lineageItem(std::size_t i) {
+    if (lineageItems_[i]) return lineageItems_[i];
+    const auto& v = loaded_->view;
+    const auto& pl = loaded_->placed;
+    const auto& e = v.lineage[i];
+    const auto a = toQt(pl.nodeRects[e.logical]);
+    const auto b = toQt(pl.nodeRects[e.parallel]);
+    QPointF from(a.right(), a.center().y()), to(b.left(), b.center().y());
+    QPainterPath path(from);
+    const qreal dx = std::max<qreal>(60, (to.x() - from.x()) / 2);
+    path.cubicTo(from + QPointF(dx, 0), to - QPointF(dx, 0), to);
+    QPen pen(lineageColor(e.kind), e.kind == LineageKind::PartialSum ? 1.4 : 1.1,
+             e.kind == LineageKind::Replica ? Qt::DotLine : e.kind == LineageKind::PartialSum ? Qt::DashLine : Qt::SolidLine);
+    auto* item = new EdgeItem(path, pen);
+    addItem(item);
+    item->setZValue(0.5);
+    item->setToolTip(QStringLiteral("%1: %2%3")
+                         .arg(QString::fromStdString(std::string(toString(e.kind))),
+                              e.coeff.isOne() ? QString() : QString::fromStdString(e.coeff.toString()) + QStringLiteral(" × "),
+                              QString::fromStdString(v.nodes[e.parallel].name)));
+    lineageItems_[i] = item;
+    return item;
+}
+
+int PlanScene::lineageItemCount() const {
+    return static_cast<int>(std::count_if(lineageItems_.begin(), lineageItems_.end(), [](auto* p) { return p != nullptr; }));
 }
 
 void PlanScene::selectNode(int node) {
@@ -266,13 +318,20 @@ void PlanScene::setShowAllLineage(bool all) {
     updateLineageVisibility();
 }
 
+bool PlanScene::drawingAllLineage() const {
+    return showAllLineage_ && lineageItems_.size() <= kMaxAlwaysShownLineage;
+}
+
 void PlanScene::updateLineageVisibility() {
     if (!loaded_) return;
     const auto& lin = loaded_->view.lineage;
+    const bool all = drawingAllLineage();
     for (std::size_t i = 0; i < lineageItems_.size(); ++i) {
         bool touches = selected_ >= 0 && (lin[i].logical == selected_ || lin[i].parallel == selected_);
-        lineageItems_[i]->setVisible(showAllLineage_ || touches);
-        lineageItems_[i]->setOpacity(selected_ >= 0 && !touches ? 0.25 : 1.0);
+        if (!lineageItems_[i] && !touches) continue;
+        auto* item = lineageItem(i);
+        item->setVisible(all || touches);
+        item->setOpacity(selected_ >= 0 && !touches ? 0.25 : 1.0);
     }
 }
 

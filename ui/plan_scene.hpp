@@ -39,7 +39,8 @@ public:
     const LoadedPlan* loaded() const { return loaded_.get(); }
 
     int nodeItemCount() const { return static_cast<int>(nodes_.size()); }
-    int lineageItemCount() const { return static_cast<int>(lineageItems_.size()); }
+    /// Lineage items created so far (all of them for a small plan; the selection's for a large one).
+    int lineageItemCount() const;
     int groupItemCount(ViewGroupKind kind) const;
     QGraphicsItem* itemForNode(int node) const;
     int selectedNode() const { return selected_; }
@@ -50,6 +51,9 @@ public:
     /// Lineage edges: all of them, or only those touching the selection.
     void setShowAllLineage(bool all);
     bool showAllLineage() const { return showAllLineage_; }
+    /// Above this many lineage edges only the selection's are drawn, whatever the setting.
+    static constexpr std::size_t kMaxAlwaysShownLineage = 1500;
+    bool drawingAllLineage() const;
     void setDark(bool dark);
 
 signals:
@@ -59,13 +63,14 @@ signals:
 private:
     void onSelectionChanged();
     void updateLineageVisibility();
+    QGraphicsItem* lineageItem(std::size_t i);
     friend class NodeItem;
     friend class GroupItem;
 
     std::shared_ptr<const LoadedPlan> loaded_;
     std::vector<NodeItem*> nodes_;
     std::vector<QGraphicsItem*> groupItems_;
-    std::vector<QGraphicsItem*> lineageItems_;   ///< parallel to loaded_->view.lineage
+    std::vector<QGraphicsItem*> lineageItems_;   ///< parallel to loaded_->view.lineage; null until needed
     std::vector<int> highlighted_;
     int selected_ = -1;
     bool showAllLineage_ = true;

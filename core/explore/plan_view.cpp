@@ -55,8 +55,13 @@ LayoutRequest PlanView::layoutRequest(ViewSide side, std::vector<int>& requestTo
         requestToNode.push_back(static_cast<int>(i));
         req.nodes.push_back({nodes[i].width, nodes[i].height, nodes[i].group >= 0 ? groupIndex[nodes[i].group] : -1});
     }
-    for (const auto& e : side == ViewSide::Logical ? logicalEdges : parallelEdges)
+    // Edges into or out of a collapsed rank are not laid out (a collapsed rank can have thousands,
+    // which makes dot's crossing minimisation explode); they are drawn straight afterwards.
+    for (const auto& e : side == ViewSide::Logical ? logicalEdges : parallelEdges) {
+        if (nodes[e.from].kind == ViewNodeKind::CollapsedRank || nodes[e.to].kind == ViewNodeKind::CollapsedRank) continue;
         req.edges.push_back({nodeIndex[e.from], nodeIndex[e.to], true});
+    }
+    if (req.nodes.size() > 400) req.crossingEffort = 0.3;  // bounded crossing minimisation for big graphs
     return req;
 }
 
@@ -85,11 +90,20 @@ PlacedView placePlanView(const PlanView& view, double gap) {
                 r.x += offsetX;
                 out.groupRects[g] = r;
             }
-        for (std::size_t e = 0; e < res.edgePaths.size(); ++e) {
-            auto path = res.edgePaths[e];
+        std::size_t laidOut = 0;
+        for (const auto& e : side == ViewSide::Logical ? view.logicalEdges : view.parallelEdges) {
+            const bool straight = view.nodes[e.from].kind == ViewNodeKind::CollapsedRank || view.nodes[e.to].kind == ViewNodeKind::CollapsedRank;
+            if (straight) {
+                // Filled in below, once every node of this side has its place.
+                out.dataflowPaths.emplace_back();
+                out.dataflowTips.push_back({});
+                continue;
+            }
+            auto path = res.edgePaths[laidOut];
             for (auto& p : path) p.x += offsetX;
-            auto tip = res.edgeTips[e];
+            auto tip = res.edgeTips[laidOut];
             tip.x += offsetX;
+            ++laidOut;
             out.dataflowPaths.push_back(std::move(path));
             out.dataflowTips.push_back(tip);
         }
@@ -97,6 +111,21 @@ PlacedView placePlanView(const PlanView& view, double gap) {
         (side == ViewSide::Logical ? out.logicalBounds : out.parallelBounds) = bounds;
         offsetX += res.bounds.width + gap;
     }
+    // Straight edges for collapsed ranks: from the bottom centre of one node to the top centre of the other.
+    std::size_t k = 0;
+    for (const auto* list : {&view.logicalEdges, &view.parallelEdges})
+        for (const auto& e : *list) {
+            auto& path = out.dataflowPaths[k];
+            if (path.empty()) {
+                const auto& a = out.nodeRects[e.from];
+                const auto& b = out.nodeRects[e.to];
+                Point p0{a.x + a.width / 2, a.y + a.height}, p1{b.x + b.width / 2, b.y};
+                Point d{(p1.x - p0.x) / 3, (p1.y - p0.y) / 3};
+                path = {p0, {p0.x + d.x, p0.y + d.y}, {p0.x + 2 * d.x, p0.y + 2 * d.y}, p1};
+                out.dataflowTips[k] = p1;
+            }
+            ++k;
+        }
     return out;
 }
 

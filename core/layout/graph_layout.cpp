@@ -47,6 +47,14 @@ LayoutResult layoutGraph(const LayoutRequest& req) {
     set(g, "ranksep", num(req.rankSeparation / 72.0));
     set(g, "splines", "spline");
     set(g, "compound", "true");
+    if (req.crossingEffort != 1.0) {
+        // Big graphs: bound crossing minimisation and both network-simplex passes (ranking and
+        // x placement); unbounded, a few hundred clustered nodes can take minutes.
+        set(g, "mclimit", num(req.crossingEffort));
+        set(g, "nslimit", "2");
+        set(g, "nslimit1", "2");
+        set(g, "searchsize", "20");
+    }
 
     std::vector<Agraph_t*> clusters(req.clusters.size(), nullptr);
     // Parents before children: create in index order, resolving parents recursively.

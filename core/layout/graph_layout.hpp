@@ -29,6 +29,7 @@ struct LayoutRequest {
     std::vector<LayoutCluster> clusters;
     bool leftToRight = false;          ///< rankdir LR instead of TB
     double nodeSeparation = 18, rankSeparation = 30;  ///< points
+    double crossingEffort = 1.0;       ///< dot's mclimit: lower is faster, with more crossings
 };
 
 struct Point {
