@@ -107,10 +107,45 @@ private slots:
         const int node = w.scene()->selectedNode();
         QVERIFY(node >= 0);
         QCOMPARE(QString::fromStdString(w.scene()->loaded()->view.nodes[node].name), QStringLiteral("dw1_allreduce"));
+        // The overview frame follows the main view.
+        QVERIFY(w.minimap()->visibleArea().contains(w.scene()->itemForNode(node)->sceneBoundingRect().center()));
         w.find(QStringLiteral("no such thing"));
         QCOMPARE(w.findModel()->rowCount(), 0);
         w.find(QString());
         QCOMPARE(w.findModel()->rowCount(), 0);
+    }
+
+    void filtersDimWhatTheyExclude() {
+        MainWindow w;
+        QVERIFY(openAndWait(w, example(QStringLiteral("mlp-pp2.json"))));
+        auto* scene = w.scene();
+        const int total = scene->nodeItemCount();
+        ViewFilter f;
+        f.microbatch = 1;
+        const int mb1 = w.applyFilter(f);
+        QVERIFY(mb1 < total && mb1 > 0);
+        for (int i = 0; i < total; ++i) {
+            const auto& n = scene->loaded()->view.nodes[i];
+            const auto& P = scene->loaded()->plan->parallel;
+            if (n.side != ViewSide::Parallel || n.kind != ViewNodeKind::Op) continue;
+            QCOMPARE(scene->nodePassesFilter(i), P.ops[n.id].microbatch == 1);
+            QCOMPARE(scene->itemForNode(i)->opacity() == 1.0, P.ops[n.id].microbatch == 1);
+        }
+        f = {};
+        f.opKind = "send_recv";
+        QCOMPARE(w.applyFilter(f), 4);  // two forward and two backward send/recv
+        f = {};
+        f.coordinate[static_cast<std::size_t>(Axis::PP)] = 1;
+        f.phase = static_cast<int>(Phase::Optimizer);
+        int expect = 0;
+        for (const auto& n : scene->loaded()->view.nodes)
+            if (n.kind == ViewNodeKind::Op) {
+                const auto& g = n.side == ViewSide::Logical ? scene->loaded()->plan->logical : scene->loaded()->plan->parallel;
+                bool onRank1 = n.side == ViewSide::Logical || g.ops[n.id].rank == 1;
+                expect += g.ops[n.id].phase == Phase::Optimizer && onRank1;
+            }
+        QCOMPARE(w.applyFilter(f), expect);
+        QCOMPARE(w.applyFilter({}), total);
     }
 
     void collapseAndExpandRanks() {

@@ -58,3 +58,50 @@ void GraphView::wheelEvent(QWheelEvent* e) {
 }
 
 }  // namespace tv::ui
+
+#include <QMouseEvent>
+#include <QScrollBar>
+
+namespace tv::ui {
+
+Minimap::Minimap(GraphView* main, QWidget* parent) : QGraphicsView(parent), main_(main) {
+    setScene(main->scene());
+    setInteractive(false);
+    setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+    setVerticalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+    setRenderHint(QPainter::Antialiasing, false);
+    setMinimumSize(160, 110);
+    auto update = [this] { viewport()->update(); };
+    connect(main->horizontalScrollBar(), &QScrollBar::valueChanged, this, update);
+    connect(main->verticalScrollBar(), &QScrollBar::valueChanged, this, update);
+    connect(main, &GraphView::zoomChanged, this, update);
+    connect(main->scene(), &QGraphicsScene::sceneRectChanged, this, [this] { refit(); });
+}
+
+QRectF Minimap::visibleArea() const { return main_->mapToScene(main_->viewport()->rect()).boundingRect(); }
+
+void Minimap::refit() {
+    if (scene()) fitInView(scene()->sceneRect(), Qt::KeepAspectRatio);
+}
+
+void Minimap::resizeEvent(QResizeEvent* e) {
+    QGraphicsView::resizeEvent(e);
+    refit();
+}
+
+void Minimap::drawForeground(QPainter* p, const QRectF&) {
+    p->setPen(QPen(QColor(230, 120, 0), 0));
+    p->setBrush(QColor(230, 120, 0, 40));
+    p->drawRect(visibleArea());
+}
+
+void Minimap::mousePressEvent(QMouseEvent* e) {
+    main_->centerOn(mapToScene(e->position().toPoint()));
+    viewport()->update();
+}
+
+void Minimap::mouseMoveEvent(QMouseEvent* e) {
+    if (e->buttons() & Qt::LeftButton) mousePressEvent(e);
+}
+
+}  // namespace tv::ui

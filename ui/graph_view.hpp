@@ -30,3 +30,26 @@ private:
 };
 
 }  // namespace tv::ui
+
+namespace tv::ui {
+
+/// The whole scene in miniature with the main view's visible area; click or drag to move there.
+class Minimap : public QGraphicsView {
+    Q_OBJECT
+public:
+    Minimap(GraphView* main, QWidget* parent = nullptr);
+    /// The main view's visible area in scene coordinates (what the frame shows).
+    QRectF visibleArea() const;
+
+protected:
+    void drawForeground(QPainter* painter, const QRectF& rect) override;
+    void mousePressEvent(QMouseEvent* e) override;
+    void mouseMoveEvent(QMouseEvent* e) override;
+    void resizeEvent(QResizeEvent* e) override;
+
+private:
+    void refit();
+    GraphView* main_;
+};
+
+}  // namespace tv::ui

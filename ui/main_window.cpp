@@ -1,6 +1,7 @@
 #include "main_window.hpp"
 
 #include <QApplication>
+#include <QComboBox>
 #include <QCloseEvent>
 #include <QDialog>
 #include <QDialogButtonBox>
@@ -105,6 +106,12 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent), jobError_(std::ma
     inspectorDock->setWidget(inspector_);
     addDockWidget(Qt::RightDockWidgetArea, inspectorDock);
 
+    minimap_ = new Minimap(view_, this);
+    auto* minimapDock = new QDockWidget(tr("Overview"), this);
+    minimapDock->setObjectName(QStringLiteral("overview"));
+    minimapDock->setWidget(minimap_);
+    addDockWidget(Qt::LeftDockWidgetArea, minimapDock);
+
     auto* findPanel = new QWidget(this);
     auto* fl = new QVBoxLayout(findPanel);
     fl->setContentsMargins(4, 4, 4, 4);
@@ -135,6 +142,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent), jobError_(std::ma
     connect(&watcher_, &QFutureWatcher<std::shared_ptr<LoadedPlan>>::finished, this, &MainWindow::onLoaded);
 
     buildMenus();
+    buildFilterBar();
     QSettings s;
     restoreGeometry(s.value(QStringLiteral("window/geometry")).toByteArray());
     restoreState(s.value(QStringLiteral("window/state")).toByteArray());
@@ -229,6 +237,88 @@ void MainWindow::buildMenus() {
     tb->addAction(tr("100 %"), view_, &GraphView::zoomActual);
 }
 
+void MainWindow::buildFilterBar() {
+    auto* bar = new QToolBar(tr("Filters"), this);
+    bar->setObjectName(QStringLiteral("filters"));
+    addToolBarBreak();
+    addToolBar(bar);
+    bar->addWidget(new QLabel(tr(" Filter: "), bar));
+    auto combo = [&](const QString& tip) {
+        auto* c = new QComboBox(bar);
+        c->setToolTip(tip);
+        c->setSizeAdjustPolicy(QComboBox::AdjustToContents);
+        bar->addWidget(c);
+        connect(c, &QComboBox::currentIndexChanged, this, &MainWindow::filterBarChanged);
+        return c;
+    };
+    filterRank_ = combo(tr("Show one rank"));
+    filterCoord_[0] = combo(tr("Data-parallel coordinate"));
+    filterCoord_[1] = combo(tr("Tensor-parallel coordinate"));
+    filterCoord_[2] = combo(tr("Pipeline-parallel coordinate"));
+    filterMicrobatch_ = combo(tr("Microbatch"));
+    filterPhase_ = combo(tr("Forward, backward, optimizer or communication ops"));
+    filterKind_ = new QLineEdit(bar);
+    filterKind_->setPlaceholderText(tr("op kind, e.g. all_reduce"));
+    filterKind_->setClearButtonEnabled(true);
+    filterKind_->setMaximumWidth(200);
+    bar->addWidget(filterKind_);
+    connect(filterKind_, &QLineEdit::textChanged, this, &MainWindow::filterBarChanged);
+    resetFilterBar();
+}
+
+void MainWindow::resetFilterBar() {
+    updatingFilterBar_ = true;
+    const auto* l = scene_->loaded();
+    auto fill = [](QComboBox* c, const QString& any, int n, const QString& prefix) {
+        c->clear();
+        c->addItem(any, -1);
+        for (int i = 0; i < n; ++i) c->addItem(prefix + QString::number(i), i);
+    };
+    const int ranks = l ? static_cast<int>(l->plan->ranks.size()) : 0;
+    fill(filterRank_, tr("any rank"), ranks, tr("rank "));
+    const Axis axes[3] = {Axis::DP, Axis::TP, Axis::PP};
+    for (int k = 0; k < 3; ++k) {
+        const auto name = QString::fromLatin1(toString(axes[k]).data());
+        fill(filterCoord_[k], tr("any %1").arg(name), l ? l->plan->mesh.at(axes[k]) : 0, name + QStringLiteral("="));
+        filterCoord_[k]->setVisible(!l || l->plan->mesh.at(axes[k]) > 1);
+    }
+    fill(filterMicrobatch_, tr("any microbatch"), l ? l->plan->microbatches : 0, tr("mb "));
+    filterPhase_->clear();
+    filterPhase_->addItem(tr("any phase"), -1);
+    for (auto ph : {Phase::Forward, Phase::Backward, Phase::Optimizer, Phase::Communication})
+        filterPhase_->addItem(QString::fromLatin1(toString(ph).data()), static_cast<int>(ph));
+    filterKind_->clear();
+    updatingFilterBar_ = false;
+}
+
+void MainWindow::filterBarChanged() {
+    if (updatingFilterBar_) return;
+    ViewFilter f;
+    f.rank = filterRank_->currentData().toInt();
+    const Axis axes[3] = {Axis::DP, Axis::TP, Axis::PP};
+    for (int k = 0; k < 3; ++k) f.coordinate[static_cast<std::size_t>(axes[k])] = filterCoord_[k]->currentData().toInt();
+    f.microbatch = filterMicrobatch_->currentData().toInt();
+    f.phase = filterPhase_->currentData().toInt();
+    f.opKind = filterKind_->text().trimmed().toStdString();
+    const int shown = scene_->setFilter(f);
+    if (scene_->loaded())
+        statusBar()->showMessage(f.empty() ? tr("Filters cleared") : tr("%1 of %2 nodes match the filters").arg(shown).arg(scene_->nodeItemCount()), 5000);
+}
+
+int MainWindow::applyFilter(const ViewFilter& f) {
+    updatingFilterBar_ = true;
+    auto pick = [](QComboBox* c, int value) { c->setCurrentIndex(std::max(0, c->findData(value))); };
+    pick(filterRank_, f.rank);
+    const Axis axes[3] = {Axis::DP, Axis::TP, Axis::PP};
+    for (int k = 0; k < 3; ++k) pick(filterCoord_[k], f.coordinate[static_cast<std::size_t>(axes[k])]);
+    pick(filterMicrobatch_, f.microbatch);
+    pick(filterPhase_, f.phase);
+    filterKind_->setText(QString::fromStdString(f.opKind));
+    updatingFilterBar_ = false;
+    filterBarChanged();
+    return scene_->setFilter(f);
+}
+
 void MainWindow::startJob(std::function<std::shared_ptr<LoadedPlan>(QString*)> job, const QString& what) {
     const auto id = ++jobId_;
     auto error = std::make_shared<QString>();
@@ -261,6 +351,10 @@ void MainWindow::onLoaded() {
     shownJobId_ = id;
     currentPath_ = loaded->path;
     scene_->setPlan(loaded);
+    if (!samePlan) {
+        resetFilterBar();
+        scene_->setFilter({});
+    }
     findModel_->setView(&scene_->loaded()->view);
     inspector_->show(nullptr, -1);
     if (!samePlan) view_->fitAll();

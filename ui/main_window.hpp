@@ -4,10 +4,12 @@
 #include <QFutureWatcher>
 #include <QMainWindow>
 
+#include <array>
 #include <memory>
 
 #include "plan_scene.hpp"
 
+class QComboBox;
 class QLabel;
 class QLineEdit;
 class QListView;
@@ -16,6 +18,7 @@ class QMenu;
 namespace tv::ui {
 
 class GraphView;
+class Minimap;
 class Inspector;
 class FindResultsModel;
 
@@ -34,6 +37,7 @@ public:
     void openPlan(const QString& path);
     PlanScene* scene() const { return scene_; }
     GraphView* view() const { return view_; }
+    Minimap* minimap() const { return minimap_; }
     Inspector* inspector() const { return inspector_; }
     FindResultsModel* findModel() const { return findModel_; }
     void find(const QString& query);
@@ -41,6 +45,8 @@ public:
     bool exportImage(const QString& path);
     bool exportDot(const QString& path);
     void setRanksCollapsed(bool collapsed);
+    /// Applies a filter (also reflected in the filter bar); returns the number of nodes shown.
+    int applyFilter(const ViewFilter& filter);
     void toggleRank(std::int32_t rank);
 
 signals:
@@ -63,9 +69,13 @@ private:
     void showGallery();
     void applyTheme(bool dark);
     void updateStatus();
+    void buildFilterBar();
+    void resetFilterBar();
+    void filterBarChanged();
 
     PlanScene* scene_;
     GraphView* view_;
+    Minimap* minimap_;
     Inspector* inspector_;
     FindResultsModel* findModel_;
     QLineEdit* findEdit_ = nullptr;
@@ -73,6 +83,12 @@ private:
     QMenu* recentMenu_ = nullptr;
     QLabel* statusPlan_ = nullptr;
     QLabel* statusZoom_ = nullptr;
+    QComboBox* filterRank_ = nullptr;
+    std::array<QComboBox*, 3> filterCoord_{};  ///< dp, tp, pp
+    QComboBox* filterMicrobatch_ = nullptr;
+    QComboBox* filterPhase_ = nullptr;
+    QLineEdit* filterKind_ = nullptr;
+    bool updatingFilterBar_ = false;
     QFutureWatcher<std::shared_ptr<LoadedPlan>> watcher_;
     std::shared_ptr<QString> jobError_;
     quint64 jobId_ = 0, shownJobId_ = 0;

@@ -27,6 +27,9 @@ Palette paletteFor(bool dark) {
             QColor(0, 0, 0, 10), QColor(230, 120, 0), QColor(0, 120, 215)};
 }
 
+/// Each stage has a hue, shared by its band on the logical side and the marks of its ops on both sides.
+QColor stageColor(std::uint32_t stage) { return QColor::fromHsv(static_cast<int>((stage * 47) % 360), 150, 205); }
+
 QColor lineageColor(LineageKind k) {
     switch (k) {
         case LineageKind::Shard: return QColor(40, 110, 220);
@@ -43,7 +46,7 @@ class NodeItem : public QGraphicsItem {
 public:
     NodeItem(PlanScene* scene, int node, const ViewNode& n, QRectF rect, bool collective)
         : scene_(scene), node_(node), rect_(rect), kind_(n.kind), side_(n.side), collective_(collective),
-          title_(QString::fromStdString(n.name)), subtitle_(QString::fromStdString(n.label)) {
+          stage_(n.stage), title_(QString::fromStdString(n.name)), subtitle_(QString::fromStdString(n.label)) {
         setFlag(ItemIsSelectable);
         setToolTip(title_ + QStringLiteral("\n") + subtitle_);
         setZValue(2);
@@ -78,6 +81,12 @@ public:
         if (kind_ == ViewNodeKind::CollapsedRank) {
             p->drawLine(rect_.topLeft() + QPointF(4, 4), rect_.topRight() + QPointF(-4, 4));
         }
+        if (stage_ != kNone && kind_ == ViewNodeKind::Op) {
+            // The stage mark: the same hue as the stage's band on the logical side.
+            p->setPen(Qt::NoPen);
+            p->setBrush(stageColor(stage_));
+            p->drawRect(QRectF(rect_.left() + 1, rect_.top() + 3, 4, rect_.height() - 6));
+        }
         if (lod < 0.55) return;
         p->setPen(pal.text);
         QFont f = p->font();
@@ -104,6 +113,7 @@ private:
     ViewNodeKind kind_;
     ViewSide side_;
     bool collective_;
+    std::uint32_t stage_;
     QString title_, subtitle_;
     int highlight_ = 0;  ///< 0 none, 1 counterpart, 2 selected
 };
@@ -111,7 +121,8 @@ private:
 /// A stage band or a rank/microbatch group, drawn behind the ops.
 class GroupItem : public QGraphicsItem {
 public:
-    GroupItem(PlanScene* scene, const ViewGroup& g, QRectF rect) : scene_(scene), kind_(g.kind), rect_(rect), label_(QString::fromStdString(g.label)) {
+    GroupItem(PlanScene* scene, const ViewGroup& g, QRectF rect)
+        : scene_(scene), kind_(g.kind), stage_(g.stage), rect_(rect), label_(QString::fromStdString(g.label)) {
         setZValue(kind_ == ViewGroupKind::Microbatch ? -1 : -2);
     }
     QRectF boundingRect() const override { return rect_; }
@@ -119,7 +130,8 @@ public:
     void paint(QPainter* p, const QStyleOptionGraphicsItem* opt, QWidget*) override {
         const auto pal = paletteFor(scene_->dark_);
         QColor band = kind_ == ViewGroupKind::Stage ? pal.stageBand : kind_ == ViewGroupKind::Rank ? pal.rankBand : pal.mbBand;
-        p->setPen(QPen(band.darker(160), kind_ == ViewGroupKind::Rank ? 1.5 : 1, kind_ == ViewGroupKind::Microbatch ? Qt::DashLine : Qt::SolidLine));
+        QColor border = kind_ == ViewGroupKind::Stage && stage_ != kNone ? stageColor(stage_) : band.darker(160);
+        p->setPen(QPen(border, kind_ == ViewGroupKind::Microbatch ? 1 : 1.5, kind_ == ViewGroupKind::Microbatch ? Qt::DashLine : Qt::SolidLine));
         p->setBrush(band);
         p->drawRoundedRect(rect_, 6, 6);
         if (opt->levelOfDetailFromTransform(p->worldTransform()) < 0.35) return;
@@ -134,6 +146,7 @@ public:
 private:
     PlanScene* scene_;
     ViewGroupKind kind_;
+    std::uint32_t stage_;
     QRectF rect_;
     QString label_;
 };
@@ -256,6 +269,7 @@ void PlanScene::setPlan(std::shared_ptr<const LoadedPlan> loaded) {
     QRectF all = itemsBoundingRect();
     setSceneRect(all.adjusted(-40, -40, 40, 40));
     updateLineageVisibility();
+    setFilter(filter_);
 }
 
 QGraphicsItem* PlanScene::lineageItem(std::size_t i) {
@@ -333,6 +347,21 @@ void PlanScene::updateLineageVisibility() {
         item->setVisible(all || touches);
         item->setOpacity(selected_ >= 0 && !touches ? 0.25 : 1.0);
     }
+}
+
+bool PlanScene::nodePassesFilter(int node) const {
+    return loaded_ && node >= 0 && node < static_cast<int>(nodes_.size()) && passesFilter(*loaded_->plan, loaded_->view.nodes[node], filter_);
+}
+
+int PlanScene::setFilter(const ViewFilter& filter) {
+    filter_ = filter;
+    int passing = 0;
+    for (std::size_t i = 0; i < nodes_.size(); ++i) {
+        const bool pass = nodePassesFilter(static_cast<int>(i));
+        nodes_[i]->setOpacity(pass ? 1.0 : 0.15);
+        passing += pass;
+    }
+    return passing;
 }
 
 void PlanScene::setDark(bool dark) {

@@ -55,6 +55,9 @@ public:
     static constexpr std::size_t kMaxAlwaysShownLineage = 1500;
     bool drawingAllLineage() const;
     void setDark(bool dark);
+    /// Dims what the filter excludes; returns how many nodes pass.
+    int setFilter(const ViewFilter& filter);
+    bool nodePassesFilter(int node) const;
 
 signals:
     void nodeSelected(int node);
@@ -75,6 +78,7 @@ private:
     int selected_ = -1;
     bool showAllLineage_ = true;
     bool dark_ = false;
+    ViewFilter filter_;
 };
 
 }  // namespace tv::ui

@@ -129,6 +129,42 @@ PlacedView placePlanView(const PlanView& view, double gap) {
     return out;
 }
 
+bool ViewFilter::empty() const {
+    if (rank >= 0 || microbatch >= 0 || phase >= 0 || !opKind.empty()) return false;
+    for (auto c : coordinate)
+        if (c >= 0) return false;
+    return true;
+}
+
+bool passesFilter(const Plan& plan, const ViewNode& n, const ViewFilter& f) {
+    if (f.empty()) return true;
+    const auto& reg = OpRegistry::instance();
+    const auto& g = n.side == ViewSide::Logical ? plan.logical : plan.parallel;
+    std::int32_t rank = -1, mb = -1;
+    if (n.kind == ViewNodeKind::Op) {
+        const auto& o = g.ops[n.id];
+        if (!f.opKind.empty() && std::string(reg.spec(o.kind).name).find(f.opKind) == std::string::npos) return false;
+        if (f.phase >= 0 && static_cast<int>(o.phase) != f.phase) return false;
+        rank = o.rank >= 0 ? o.rank : (o.numOutputs ? g.tensors[g.outputs(n.id)[0]].rank : -1);
+        mb = o.microbatch;
+    } else if (n.kind == ViewNodeKind::Tensor) {
+        if (!f.opKind.empty() || f.phase >= 0) return false;  // the filter asks for ops
+        rank = g.tensors[n.id].rank;
+        mb = g.tensors[n.id].microbatch;
+    } else {
+        if (!f.opKind.empty() || f.phase >= 0 || f.microbatch >= 0) return false;
+        rank = static_cast<std::int32_t>(n.id);
+    }
+    if (n.side == ViewSide::Logical) return true;
+    if (f.rank >= 0 && rank != f.rank) return false;
+    if (f.microbatch >= 0 && mb != f.microbatch) return false;
+    for (auto a : kAxes) {
+        auto want = f.coordinate[static_cast<std::size_t>(a)];
+        if (want >= 0 && (rank < 0 || plan.ranks[rank].at(a) != want)) return false;
+    }
+    return true;
+}
+
 std::set<std::int32_t> defaultCollapsedRanks(const Plan& plan, std::size_t maxExpandedOps) {
     std::set<std::int32_t> out;
     if (plan.parallel.ops.size() <= maxExpandedOps) return out;

@@ -4,6 +4,7 @@
 // Ranks can be collapsed into one node each, so only what is expanded is laid out.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <set>
 #include <string>
@@ -87,6 +88,19 @@ struct PlacedView {
 };
 
 PlacedView placePlanView(const PlanView& view, double gap = 240);
+
+/// What the explorer's filters keep visible. -1 / empty means "any". Rank, coordinate and
+/// microbatch filters apply to the parallel side; op kind and phase to both.
+struct ViewFilter {
+    std::int32_t rank = -1;
+    std::array<std::int32_t, 6> coordinate{-1, -1, -1, -1, -1, -1};  ///< indexed by Axis
+    std::int32_t microbatch = -1;
+    std::string opKind;   ///< substring of the operator name, e.g. "all_" or "matmul"
+    int phase = -1;       ///< a Phase value
+    bool empty() const;
+};
+
+bool passesFilter(const Plan& plan, const ViewNode& node, const ViewFilter& filter);
 
 /// Ranks to collapse by default so a large plan opens quickly (empty when the plan is small).
 std::set<std::int32_t> defaultCollapsedRanks(const Plan& plan, std::size_t maxExpandedOps = 1500);
