@@ -48,7 +48,9 @@ int main(int argc, char** argv) {
             status = 3;
             if (parser.isSet(screenshot)) app.exit(3);
         });
-        QObject::connect(&window, &tv::ui::MainWindow::planLoaded, &app, [&] {
+        QObject::connect(
+            &window, &tv::ui::MainWindow::planLoaded, &app, [&] {
+            status = 0;
             if (parser.isSet(select)) {
                 window.find(parser.value(select));
                 window.activateFindResult(0);
@@ -60,7 +62,7 @@ int main(int argc, char** argv) {
                     app.exit(ok ? 0 : 3);
                 });
             }
-        });
+        }, Qt::SingleShotConnection);
         window.openPlan(args.first());
     } else if (parser.isSet(screenshot)) {
         std::fprintf(stderr, "trainverify-studio: --screenshot needs a plan file\n");

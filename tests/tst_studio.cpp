@@ -3,9 +3,11 @@
 #include <QtTest>
 
 #include <QAbstractItemModelTester>
+#include <QApplication>
 #include <QGraphicsItem>
 #include <QImage>
 #include <QSignalSpy>
+#include <QStandardPaths>
 #include <QTemporaryDir>
 
 #include "find_model.hpp"
@@ -37,6 +39,7 @@ class TestStudio : public QObject {
     Q_OBJECT
 private slots:
     void initTestCase() {
+        QStandardPaths::setTestModeEnabled(true);
         QCoreApplication::setOrganizationName(QStringLiteral("TrainVerifyTests"));
         QCoreApplication::setApplicationName(QStringLiteral("tst_studio"));
     }
@@ -168,6 +171,28 @@ private slots:
                 auto rank = t.ops[n.id].rank >= 0 ? t.ops[n.id].rank : t.tensors[t.outputs(n.id)[0]].rank;
                 QCOMPARE(rank, 5);
             }
+    }
+
+    void newerJobsWinAndTogglesAccumulate() {
+        MainWindow w;
+        QVERIFY(openAndWait(w, example(QStringLiteral("mlp4-dp2-tp2-pp2.json"))));
+        QSignalSpy loaded(&w, &MainWindow::planLoaded);
+        // Collapse everything, then expand two ranks before any layout has come back.
+        w.setRanksCollapsed(true);
+        w.toggleRank(3);
+        w.toggleRank(5);
+        QVERIFY(loaded.wait(60000));
+        QTest::qWait(200);
+        QCOMPARE(loaded.count(), 1);  // the superseded layouts were dropped
+        const auto& view = w.scene()->loaded()->view;
+        QCOMPARE(static_cast<int>(view.count(ViewSide::Parallel, ViewNodeKind::CollapsedRank)), 6);
+        QCOMPARE(view.rankNode[3], -1);
+        QCOMPARE(view.rankNode[5], -1);
+        QVERIFY(QApplication::overrideCursor() == nullptr);
+        // Find keeps working across re-layouts (it shares the plan it indexes).
+        w.find(QStringLiteral("fc1_0"));
+        QVERIFY(w.findModel()->rowCount() > 0);
+        QVERIFY(!w.findModel()->data(w.findModel()->index(0, 0)).toString().isEmpty());
     }
 
     void badPlanReportsAndKeepsTheWindowUsable() {

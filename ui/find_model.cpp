@@ -2,8 +2,9 @@
 
 namespace tv::ui {
 
-void FindResultsModel::setView(const PlanView* view) {
-    view_ = view;
+void FindResultsModel::setPlan(std::shared_ptr<const LoadedPlan> loaded) {
+    loaded_ = std::move(loaded);
+    view_ = loaded_ ? &loaded_->view : nullptr;
     setQuery(query_);
 }
 

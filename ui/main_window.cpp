@@ -8,6 +8,7 @@
 #include <QDir>
 #include <QDockWidget>
 #include <QElapsedTimer>
+#include <QFutureWatcher>
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QLabel>
@@ -25,6 +26,7 @@
 #include <QTextBrowser>
 #include <QToolBar>
 #include <QVBoxLayout>
+#include <QThreadPool>
 #include <QtConcurrent/QtConcurrentRun>
 
 #include <fstream>
@@ -87,12 +89,12 @@ std::shared_ptr<LoadedPlan> loadPlan(const QString& path, const std::set<std::in
     return lp;
 }
 
-std::shared_ptr<LoadedPlan> relayoutPlan(std::shared_ptr<const Plan> plan, const QString& path, ViewOptions options) {
+std::shared_ptr<LoadedPlan> relayoutPlan(std::shared_ptr<const Plan> plan, const QString& path, ViewOptions options, QString* error) {
     auto stages = cutStages(*plan);
-    return layout(std::move(plan), path, std::move(options), std::move(stages), nullptr);
+    return layout(std::move(plan), path, std::move(options), std::move(stages), error);
 }
 
-MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent), jobError_(std::make_shared<QString>()) {
+MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     setWindowTitle(tr("TrainVerify Studio"));
     setAcceptDrops(true);
     scene_ = new PlanScene(this);
@@ -139,7 +141,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent), jobError_(std::ma
 
     connect(scene_, &PlanScene::nodeSelected, this, &MainWindow::onNodeSelected);
     connect(scene_, &PlanScene::nodeActivated, this, &MainWindow::onNodeActivated);
-    connect(&watcher_, &QFutureWatcher<std::shared_ptr<LoadedPlan>>::finished, this, &MainWindow::onLoaded);
+    connect(scene_, &PlanScene::planChanged, this, [this] { findModel_->setPlan(scene_->loadedShared()); });
 
     buildMenus();
     buildFilterBar();
@@ -153,7 +155,11 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent), jobError_(std::ma
     updateStatus();
 }
 
-MainWindow::~MainWindow() { watcher_.waitForFinished(); }
+MainWindow::~MainWindow() {
+    // Jobs still running finish on the pool; their watchers are children of this window and
+    // go with it, so no result reaches a destroyed window.
+    QThreadPool::globalInstance()->waitForDone();
+}
 
 void MainWindow::buildMenus() {
     auto* file = menuBar()->addMenu(tr("&File"));
@@ -210,7 +216,6 @@ void MainWindow::buildMenus() {
     connect(dark, &QAction::toggled, this, [this](bool on) {
         applyTheme(on);
         QSettings().setValue(QStringLiteral("view/dark"), on);
-        if (scene_->loaded()) scene_->setPlan(std::shared_ptr<const LoadedPlan>(std::make_shared<LoadedPlan>(*scene_->loaded())));
     });
 
     auto* help = menuBar()->addMenu(tr("&Help"));
@@ -243,18 +248,21 @@ void MainWindow::buildFilterBar() {
     addToolBarBreak();
     addToolBar(bar);
     bar->addWidget(new QLabel(tr(" Filter: "), bar));
+    QAction* lastAction = nullptr;
     auto combo = [&](const QString& tip) {
         auto* c = new QComboBox(bar);
         c->setToolTip(tip);
         c->setSizeAdjustPolicy(QComboBox::AdjustToContents);
-        bar->addWidget(c);
+        lastAction = bar->addWidget(c);
         connect(c, &QComboBox::currentIndexChanged, this, &MainWindow::filterBarChanged);
         return c;
     };
     filterRank_ = combo(tr("Show one rank"));
-    filterCoord_[0] = combo(tr("Data-parallel coordinate"));
-    filterCoord_[1] = combo(tr("Tensor-parallel coordinate"));
-    filterCoord_[2] = combo(tr("Pipeline-parallel coordinate"));
+    const QString coordTips[3] = {tr("Data-parallel coordinate"), tr("Tensor-parallel coordinate"), tr("Pipeline-parallel coordinate")};
+    for (int k = 0; k < 3; ++k) {
+        filterCoord_[k] = combo(coordTips[k]);
+        filterCoordActions_[k] = lastAction;
+    }
     filterMicrobatch_ = combo(tr("Microbatch"));
     filterPhase_ = combo(tr("Forward, backward, optimizer or communication ops"));
     filterKind_ = new QLineEdit(bar);
@@ -280,7 +288,7 @@ void MainWindow::resetFilterBar() {
     for (int k = 0; k < 3; ++k) {
         const auto name = QString::fromLatin1(toString(axes[k]).data());
         fill(filterCoord_[k], tr("any %1").arg(name), l ? l->plan->mesh.at(axes[k]) : 0, name + QStringLiteral("="));
-        filterCoord_[k]->setVisible(!l || l->plan->mesh.at(axes[k]) > 1);
+        if (filterCoordActions_[k]) filterCoordActions_[k]->setVisible(!l || l->plan->mesh.at(axes[k]) > 1);
     }
     fill(filterMicrobatch_, tr("any microbatch"), l ? l->plan->microbatches : 0, tr("mb "));
     filterPhase_->clear();
@@ -315,19 +323,38 @@ int MainWindow::applyFilter(const ViewFilter& f) {
     pick(filterPhase_, f.phase);
     filterKind_->setText(QString::fromStdString(f.opKind));
     updatingFilterBar_ = false;
-    filterBarChanged();
-    return scene_->setFilter(f);
+    const int shown = scene_->setFilter(f);
+    statusBar()->showMessage(f.empty() ? tr("Filters cleared") : tr("%1 of %2 nodes match the filters").arg(shown).arg(scene_->nodeItemCount()), 5000);
+    return shown;
 }
 
 void MainWindow::startJob(std::function<std::shared_ptr<LoadedPlan>(QString*)> job, const QString& what) {
     const auto id = ++jobId_;
-    auto error = std::make_shared<QString>();
-    jobError_ = error;
     statusPlan_->setText(what);
-    QApplication::setOverrideCursor(Qt::BusyCursor);
-    if (watcher_.isRunning()) watcher_.waitForFinished();
-    watcher_.setProperty("jobId", QVariant::fromValue(id));
-    watcher_.setFuture(QtConcurrent::run([job, error]() { return job(error.get()); }));
+    if (runningJobs_++ == 0) QApplication::setOverrideCursor(Qt::BusyCursor);
+    // One watcher per job: a newer job never cancels the delivery of an older one, which is
+    // simply dropped when it arrives (value in, value out; GUI state touched only here).
+    auto* watcher = new QFutureWatcher<std::pair<std::shared_ptr<LoadedPlan>, QString>>(this);
+    connect(watcher, &QFutureWatcherBase::finished, this, [this, watcher, id] {
+        auto [loaded, error] = watcher->result();
+        watcher->deleteLater();
+        if (--runningJobs_ == 0) QApplication::restoreOverrideCursor();
+        onLoaded(id, std::move(loaded), error);
+    });
+    watcher->setFuture(QtConcurrent::run([job]() -> std::pair<std::shared_ptr<LoadedPlan>, QString> {
+        QString error;
+        try {
+            auto loaded = job(&error);
+            return {loaded, error};
+        } catch (const std::exception& e) {
+            return {nullptr, QString::fromUtf8(e.what())};
+        }
+    }));
+}
+
+ViewOptions MainWindow::currentOptions() const {
+    if (pendingOptions_) return *pendingOptions_;
+    return scene_->loaded() ? scene_->loaded()->options : ViewOptions{};
 }
 
 void MainWindow::openPlan(const QString& path) {
@@ -335,27 +362,25 @@ void MainWindow::openPlan(const QString& path) {
     startJob([abs](QString* error) { return loadPlan(abs, nullptr, error); }, tr("Opening %1...").arg(QFileInfo(path).fileName()));
 }
 
-void MainWindow::onLoaded() {
-    QApplication::restoreOverrideCursor();
-    const auto id = watcher_.property("jobId").toULongLong();
+void MainWindow::onLoaded(quint64 id, std::shared_ptr<LoadedPlan> loaded, const QString& error) {
     if (id != jobId_) return;  // a newer job superseded this one
-    auto loaded = watcher_.result();
+    pendingOptions_.reset();
     if (!loaded) {
-        const QString msg = jobError_->isEmpty() ? tr("The plan could not be opened.") : *jobError_;
+        const QString msg = error.isEmpty() ? tr("The plan could not be opened.") : error;
         statusPlan_->setText(tr("Failed to open the plan"));
         emit loadFailed(msg);
         if (isVisible()) QMessageBox::warning(this, tr("Cannot open plan"), msg);
+        updateStatus();
         return;
     }
-    const bool samePlan = scene_->loaded() && scene_->loaded()->path == loaded->path;
-    shownJobId_ = id;
+    // A re-layout of the plan on screen keeps the filters and the view; a new (or reloaded) plan resets them.
+    const bool samePlan = scene_->loaded() && scene_->loaded()->plan == loaded->plan;
     currentPath_ = loaded->path;
     scene_->setPlan(loaded);
     if (!samePlan) {
         resetFilterBar();
         scene_->setFilter({});
     }
-    findModel_->setView(&scene_->loaded()->view);
     inspector_->show(nullptr, -1);
     if (!samePlan) view_->fitAll();
     rememberRecent(currentPath_);
@@ -394,23 +419,25 @@ void MainWindow::onNodeActivated(int node) {
 void MainWindow::toggleRank(std::int32_t rank) {
     const auto* l = scene_->loaded();
     if (!l) return;
-    auto options = l->options;
+    auto options = currentOptions();
     if (!options.collapsedRanks.erase(rank)) options.collapsedRanks.insert(rank);
+    pendingOptions_ = options;
     auto plan = l->plan;
     auto path = l->path;
-    startJob([plan, path, options](QString*) { return relayoutPlan(plan, path, options); }, tr("Laying out..."));
+    startJob([plan, path, options](QString* error) { return relayoutPlan(plan, path, options, error); }, tr("Laying out..."));
 }
 
 void MainWindow::setRanksCollapsed(bool collapsed) {
     const auto* l = scene_->loaded();
     if (!l) return;
-    auto options = l->options;
+    auto options = currentOptions();
     options.collapsedRanks.clear();
     if (collapsed)
         for (std::int32_t r = 0; r < static_cast<std::int32_t>(l->plan->ranks.size()); ++r) options.collapsedRanks.insert(r);
+    pendingOptions_ = options;
     auto plan = l->plan;
     auto path = l->path;
-    startJob([plan, path, options](QString*) { return relayoutPlan(plan, path, options); }, tr("Laying out..."));
+    startJob([plan, path, options](QString* error) { return relayoutPlan(plan, path, options, error); }, tr("Laying out..."));
 }
 
 void MainWindow::find(const QString& query) {
@@ -448,7 +475,7 @@ bool MainWindow::exportImage(const QString& path) {
     p.setRenderHint(QPainter::Antialiasing);
     scene_->render(&p, QRectF(QPointF(0, 0), img.size()), src);
     p.end();
-    return img.save(path);
+    return img.save(path, "PNG");
 }
 
 bool MainWindow::exportDot(const QString& path) {
@@ -458,7 +485,7 @@ bool MainWindow::exportDot(const QString& path) {
     if (!out) return false;
     for (auto side : {ViewSide::Logical, ViewSide::Parallel}) {
         std::vector<int> map;
-        auto req = l->view.layoutRequest(side, map);
+        auto req = l->view.layoutRequest(side, map, /*includeCollapsedEdges=*/true);
         std::vector<std::string> labels;
         for (int n : map) labels.push_back(l->view.nodes[n].name + "\n" + l->view.nodes[n].label);
         out << toDot(req, labels, side == ViewSide::Logical ? "logical" : "parallel");
@@ -503,8 +530,11 @@ void MainWindow::showGallery() {
         QString desc = doc.is_object() && doc.contains("description") && doc["description"].is_string()
                            ? QString::fromStdString(doc["description"].get<std::string>())
                            : QString();
-        QString verdict = doc.is_object() && doc.contains("expect") ? QString::fromStdString(doc["expect"].value("verdict", "")) : QString();
-        item->setData(Qt::UserRole + 1, QStringLiteral("<p>%1</p><p><b>%2</b> %3</p>").arg(desc.toHtmlEscaped(), tr("Expected verdict:"), verdict));
+        QString verdict;
+        if (doc.is_object() && doc.contains("expect") && doc["expect"].is_object() && doc["expect"].contains("verdict") &&
+            doc["expect"]["verdict"].is_string())
+            verdict = QString::fromStdString(doc["expect"]["verdict"].get<std::string>());
+        item->setData(Qt::UserRole + 1, QStringLiteral("<p>%1</p><p><b>%2</b> %3</p>").arg(desc.toHtmlEscaped(), tr("Expected verdict:"), verdict.toHtmlEscaped()));
     }
     connect(list, &QListWidget::currentItemChanged, about, [about](QListWidgetItem* item) {
         about->setHtml(item ? item->data(Qt::UserRole + 1).toString() : QString());

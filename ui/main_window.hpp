@@ -1,11 +1,11 @@
 // The Studio's main window: the dual view, the inspector, Find, files, export and preferences.
 #pragma once
 
-#include <QFutureWatcher>
 #include <QMainWindow>
 
 #include <array>
 #include <memory>
+#include <optional>
 
 #include "plan_scene.hpp"
 
@@ -25,7 +25,7 @@ class FindResultsModel;
 /// Reads, cuts stages, builds the view and lays it out: everything a plan needs, off the GUI thread.
 std::shared_ptr<LoadedPlan> loadPlan(const QString& path, const std::set<std::int32_t>* collapsed, QString* error);
 /// The same for a plan already in memory (re-layout after expanding or collapsing ranks).
-std::shared_ptr<LoadedPlan> relayoutPlan(std::shared_ptr<const Plan> plan, const QString& path, ViewOptions options);
+std::shared_ptr<LoadedPlan> relayoutPlan(std::shared_ptr<const Plan> plan, const QString& path, ViewOptions options, QString* error);
 
 class MainWindow : public QMainWindow {
     Q_OBJECT
@@ -61,7 +61,8 @@ protected:
 private:
     void buildMenus();
     void startJob(std::function<std::shared_ptr<LoadedPlan>(QString*)> job, const QString& what);
-    void onLoaded();
+    void onLoaded(quint64 id, std::shared_ptr<LoadedPlan> loaded, const QString& error);
+    ViewOptions currentOptions() const;
     void onNodeSelected(int node);
     void onNodeActivated(int node);
     void rememberRecent(const QString& path);
@@ -85,13 +86,14 @@ private:
     QLabel* statusZoom_ = nullptr;
     QComboBox* filterRank_ = nullptr;
     std::array<QComboBox*, 3> filterCoord_{};  ///< dp, tp, pp
+    std::array<QAction*, 3> filterCoordActions_{};
     QComboBox* filterMicrobatch_ = nullptr;
     QComboBox* filterPhase_ = nullptr;
     QLineEdit* filterKind_ = nullptr;
     bool updatingFilterBar_ = false;
-    QFutureWatcher<std::shared_ptr<LoadedPlan>> watcher_;
-    std::shared_ptr<QString> jobError_;
-    quint64 jobId_ = 0, shownJobId_ = 0;
+    quint64 jobId_ = 0;       ///< the newest job; results of older ones are dropped
+    int runningJobs_ = 0;
+    std::optional<ViewOptions> pendingOptions_;  ///< options of the newest re-layout not yet shown
     QString currentPath_;
     bool dark_ = false;
 };

@@ -155,7 +155,8 @@ private:
 /// between its ends: long dashed curves are what makes panning a large plan slow.
 class EdgeItem : public QGraphicsItem {
 public:
-    EdgeItem(QPainterPath path, QPen pen) : path_(std::move(path)), pen_(std::move(pen)) {
+    /// A null `scene` keeps the pen's colour; otherwise the colour follows the scene's palette.
+    EdgeItem(QPainterPath path, QPen pen, const PlanScene* scene = nullptr) : scene_(scene), path_(std::move(path)), pen_(std::move(pen)) {
         bounds_ = path_.boundingRect().adjusted(-2, -2, 2, 2);
         from_ = path_.elementAt(0);
         to_ = path_.currentPosition();
@@ -168,6 +169,7 @@ public:
     }
     void paint(QPainter* p, const QStyleOptionGraphicsItem* opt, QWidget*) override {
         const qreal lod = opt->levelOfDetailFromTransform(p->worldTransform());
+        if (scene_) pen_.setColor(paletteFor(scene_->dark_).edge);
         if (lod < 0.35) {
             QPen pen(pen_.color(), 0);
             p->setRenderHint(QPainter::Antialiasing, false);
@@ -181,6 +183,7 @@ public:
     }
 
 private:
+    const PlanScene* scene_;
     QPainterPath path_;
     QPen pen_;
     QRectF bounds_;
@@ -223,7 +226,10 @@ void PlanScene::setPlan(std::shared_ptr<const LoadedPlan> loaded) {
     highlighted_.clear();
     selected_ = -1;
     loaded_ = std::move(loaded);
-    if (!loaded_) return;
+    if (!loaded_) {
+        emit planChanged();
+        return;
+    }
     const auto& v = loaded_->view;
     const auto& pl = loaded_->placed;
     const auto pal = paletteFor(dark_);
@@ -258,7 +264,7 @@ void PlanScene::setPlan(std::shared_ptr<const LoadedPlan> loaded) {
             QPolygonF head({tip, end + QPointF(a.dx(), a.dy()), end - QPointF(a.dx(), a.dy())});
             path.addPolygon(head);
         }
-        auto* item = new EdgeItem(path, edgePen);
+        auto* item = new EdgeItem(path, edgePen, this);
         addItem(item);
         item->setZValue(1);
     }
@@ -270,6 +276,7 @@ void PlanScene::setPlan(std::shared_ptr<const LoadedPlan> loaded) {
     setSceneRect(all.adjusted(-40, -40, 40, 40));
     updateLineageVisibility();
     setFilter(filter_);
+    emit planChanged();
 }
 
 QGraphicsItem* PlanScene::lineageItem(std::size_t i) {

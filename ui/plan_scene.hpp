@@ -28,6 +28,7 @@ struct LoadedPlan {
 
 class NodeItem;
 class GroupItem;
+class EdgeItem;
 
 class PlanScene : public QGraphicsScene {
     Q_OBJECT
@@ -37,6 +38,7 @@ public:
 
     void setPlan(std::shared_ptr<const LoadedPlan> loaded);
     const LoadedPlan* loaded() const { return loaded_.get(); }
+    std::shared_ptr<const LoadedPlan> loadedShared() const { return loaded_; }
 
     int nodeItemCount() const { return static_cast<int>(nodes_.size()); }
     /// Lineage items created so far (all of them for a small plan; the selection's for a large one).
@@ -60,6 +62,7 @@ public:
     bool nodePassesFilter(int node) const;
 
 signals:
+    void planChanged();
     void nodeSelected(int node);
     void nodeActivated(int node);  ///< double-click (e.g. expand a collapsed rank)
 
@@ -69,6 +72,7 @@ private:
     QGraphicsItem* lineageItem(std::size_t i);
     friend class NodeItem;
     friend class GroupItem;
+    friend class EdgeItem;
 
     std::shared_ptr<const LoadedPlan> loaded_;
     std::vector<NodeItem*> nodes_;

@@ -37,7 +37,7 @@ std::vector<int> PlanView::counterparts(int node) const {
     return out;
 }
 
-LayoutRequest PlanView::layoutRequest(ViewSide side, std::vector<int>& requestToNode) const {
+LayoutRequest PlanView::layoutRequest(ViewSide side, std::vector<int>& requestToNode, bool includeCollapsedEdges) const {
     LayoutRequest req;
     std::vector<int> groupIndex(groups.size(), -1);
     for (std::size_t g = 0; g < groups.size(); ++g)
@@ -58,7 +58,8 @@ LayoutRequest PlanView::layoutRequest(ViewSide side, std::vector<int>& requestTo
     // Edges into or out of a collapsed rank are not laid out (a collapsed rank can have thousands,
     // which makes dot's crossing minimisation explode); they are drawn straight afterwards.
     for (const auto& e : side == ViewSide::Logical ? logicalEdges : parallelEdges) {
-        if (nodes[e.from].kind == ViewNodeKind::CollapsedRank || nodes[e.to].kind == ViewNodeKind::CollapsedRank) continue;
+        if (!includeCollapsedEdges && (nodes[e.from].kind == ViewNodeKind::CollapsedRank || nodes[e.to].kind == ViewNodeKind::CollapsedRank))
+            continue;
         req.edges.push_back({nodeIndex[e.from], nodeIndex[e.to], true});
     }
     if (req.nodes.size() > 400) req.crossingEffort = 0.3;  // bounded crossing minimisation for big graphs

@@ -73,7 +73,8 @@ struct PlanView {
     /// Nodes on the other side related to `node` by lineage or by implementing the same stage.
     std::vector<int> counterparts(int node) const;
     /// The Graphviz request for one side, and the node index each request node stands for.
-    LayoutRequest layoutRequest(ViewSide side, std::vector<int>& requestToNode) const;
+    /// Edges of collapsed ranks are left out of layouts (they are drawn straight) unless asked for.
+    LayoutRequest layoutRequest(ViewSide side, std::vector<int>& requestToNode, bool includeCollapsedEdges = false) const;
 };
 
 /// Both sides laid out and placed in one coordinate system: the logical graph on the left, the
