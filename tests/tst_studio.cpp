@@ -168,8 +168,7 @@ private slots:
         for (const auto& n : after.nodes)
             if (n.side == ViewSide::Parallel && n.kind == ViewNodeKind::Op) {
                 const auto& t = w.scene()->loaded()->plan->parallel;
-                auto rank = t.ops[n.id].rank >= 0 ? t.ops[n.id].rank : t.tensors[t.outputs(n.id)[0]].rank;
-                QCOMPARE(rank, 5);
+                QCOMPARE(t.homeRank(n.id), 5);
             }
     }
 

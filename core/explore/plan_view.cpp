@@ -146,7 +146,7 @@ bool passesFilter(const Plan& plan, const ViewNode& n, const ViewFilter& f) {
         const auto& o = g.ops[n.id];
         if (!f.opKind.empty() && std::string(reg.spec(o.kind).name).find(f.opKind) == std::string::npos) return false;
         if (f.phase >= 0 && static_cast<int>(o.phase) != f.phase) return false;
-        rank = o.rank >= 0 ? o.rank : (o.numOutputs ? g.tensors[g.outputs(n.id)[0]].rank : -1);
+        rank = g.homeRank(n.id);
         mb = o.microbatch;
     } else if (n.kind == ViewNodeKind::Tensor) {
         if (!f.opKind.empty() || f.phase >= 0) return false;  // the filter asks for ops
@@ -237,20 +237,37 @@ PlanView buildPlanView(const Plan& plan, const StagePlan& stages, const ViewOpti
         v.nodes.push_back(std::move(n));
         return static_cast<int>(v.nodes.size() - 1);
     };
+    auto opNode = [&](ViewSide side, const Graph& g, OpId op, std::uint32_t stage, int group) {
+        ViewNode n;
+        n.side = side;
+        n.kind = ViewNodeKind::Op;
+        n.id = op;
+        n.name = plan.opName(g, op);
+        n.label = std::string(reg.spec(g.ops[op].kind).name);
+        n.stage = stage;
+        n.group = group;
+        n.width = labelWidth(n.name, n.label);
+        n.height = 30;
+        return addNode(std::move(n));
+    };
+    auto tensorNode = [&](ViewSide side, const Graph& g, TensorId t, std::uint32_t stage, int group) {
+        ViewNode n;
+        n.side = side;
+        n.kind = ViewNodeKind::Tensor;
+        n.id = t;
+        n.name = plan.tensorName(g, t);
+        n.label = shapeToString(plan.shape(g, t));
+        n.stage = stage;
+        n.group = group;
+        n.width = labelWidth(n.name, n.label) - 4;
+        n.height = 26;
+        return addNode(std::move(n));
+    };
 
     // Logical nodes.
     for (OpId op : L.topo) {
-        ViewNode n;
-        n.side = ViewSide::Logical;
-        n.kind = ViewNodeKind::Op;
-        n.id = op;
-        n.name = plan.opName(L, op);
-        n.label = std::string(reg.spec(L.ops[op].kind).name);
-        n.stage = lOpStage[op];
-        n.group = n.stage != kNone && stageGroup.count(n.stage) ? stageGroup[n.stage] : -1;
-        n.width = labelWidth(n.name, n.label);
-        n.height = 30;
-        v.logicalOpNode[op] = addNode(std::move(n));
+        const auto stage = lOpStage[op];
+        v.logicalOpNode[op] = opNode(ViewSide::Logical, L, op, stage, stage != kNone && stageGroup.count(stage) ? stageGroup[stage] : -1);
     }
     std::vector<bool> lineageTensorL(L.tensors.size(), false), lineageTensorP(P.tensors.size(), false);
     for (const auto& rec : plan.lineage) {
@@ -261,26 +278,11 @@ PlanView buildPlanView(const Plan& plan, const StagePlan& stages, const ViewOpti
     }
     for (TensorId t = 0; t < L.tensors.size(); ++t) {
         if (!lineageTensorL[t]) continue;
-        ViewNode n;
-        n.side = ViewSide::Logical;
-        n.kind = ViewNodeKind::Tensor;
-        n.id = t;
-        n.name = plan.tensorName(L, t);
-        n.label = shapeToString(plan.shape(L, t));
-        n.stage = lTensorStage[t];
         auto prod = L.tensors[t].producer;
-        n.group = prod != kNone ? v.nodes[v.logicalOpNode[prod]].group : -1;
-        n.width = labelWidth(n.name, n.label) - 4;
-        n.height = 26;
-        v.logicalTensorNode[t] = addNode(std::move(n));
+        v.logicalTensorNode[t] = tensorNode(ViewSide::Logical, L, t, lTensorStage[t], prod != kNone ? v.nodes[v.logicalOpNode[prod]].group : -1);
     }
 
     // Parallel nodes: each op lives on its home rank (its own, or its first output's for a collective).
-    auto homeRank = [&](OpId op) {
-        const auto& o = P.ops[op];
-        if (o.rank >= 0) return o.rank;
-        return o.numOutputs ? P.tensors[P.outputs(op)[0]].rank : -1;
-    };
     for (std::int32_t r = 0; r < static_cast<std::int32_t>(plan.ranks.size()); ++r) {
         if (!options.collapsedRanks.count(r)) continue;
         ViewNode n;
@@ -294,22 +296,12 @@ PlanView buildPlanView(const Plan& plan, const StagePlan& stages, const ViewOpti
         v.rankNode[r] = addNode(std::move(n));
     }
     for (OpId op : P.topo) {
-        auto r = homeRank(op);
+        auto r = P.homeRank(op);
         if (r >= 0 && v.rankNode[r] >= 0) {
             v.parallelOpNode[op] = v.rankNode[r];
             continue;
         }
-        ViewNode n;
-        n.side = ViewSide::Parallel;
-        n.kind = ViewNodeKind::Op;
-        n.id = op;
-        n.name = plan.opName(P, op);
-        n.label = std::string(reg.spec(P.ops[op].kind).name);
-        n.stage = pOpStage[op];
-        n.group = parallelGroup(r, P.ops[op].microbatch);
-        n.width = labelWidth(n.name, n.label);
-        n.height = 30;
-        v.parallelOpNode[op] = addNode(std::move(n));
+        v.parallelOpNode[op] = opNode(ViewSide::Parallel, P, op, pOpStage[op], parallelGroup(r, P.ops[op].microbatch));
     }
     for (TensorId t = 0; t < P.tensors.size(); ++t) {
         if (!lineageTensorP[t]) continue;
@@ -318,17 +310,7 @@ PlanView buildPlanView(const Plan& plan, const StagePlan& stages, const ViewOpti
             v.parallelTensorNode[t] = v.rankNode[r];
             continue;
         }
-        ViewNode n;
-        n.side = ViewSide::Parallel;
-        n.kind = ViewNodeKind::Tensor;
-        n.id = t;
-        n.name = plan.tensorName(P, t);
-        n.label = shapeToString(plan.shape(P, t));
-        n.stage = pTensorStage[t];
-        n.group = parallelGroup(r, P.tensors[t].microbatch);
-        n.width = labelWidth(n.name, n.label) - 4;
-        n.height = 26;
-        v.parallelTensorNode[t] = addNode(std::move(n));
+        v.parallelTensorNode[t] = tensorNode(ViewSide::Parallel, P, t, pTensorStage[t], parallelGroup(r, P.tensors[t].microbatch));
     }
 
     // Dataflow: producer -> (tensor node) -> consumer, deduplicated, no self-loops.

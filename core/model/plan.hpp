@@ -119,6 +119,13 @@ public:
     std::span<const OpId> consumers(TensorId t) const {
         return {consumerList.data() + consumerStart[t], consumerStart[t + 1] - consumerStart[t]};
     }
+    /// The rank an op runs on: its own for a local op; for a collective, the rank of its first
+    /// output (where a wrong result lands). -1 for a logical op.
+    std::int32_t homeRank(OpId op) const {
+        const auto& o = ops[op];
+        if (o.rank >= 0) return o.rank;
+        return o.numOutputs ? tensors[operands[o.firstOutput]].rank : -1;
+    }
     TensorId findTensor(NameId n) const {
         auto it = tensorByName.find(n);
         return it == tensorByName.end() ? kNone : it->second;

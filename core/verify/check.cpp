@@ -471,7 +471,7 @@ private:
         f.kind = FailureKind::LaneMisalignment;
         f.parallelOp = plan_.opName(P_, found);
         const auto& o = P_.ops[found];
-        f.rank = o.rank >= 0 ? o.rank : P_.tensors[P_.outputs(found)[0]].rank;
+        f.rank = P_.homeRank(found);
         f.coordinates = plan_.coordinatesJson(f.rank);
         f.microbatch = o.microbatch;
         f.otherEnd = "tensor \"" + plan_.tensorName(P_, foreign) + "\" of microbatch " + std::to_string(P_.tensors[foreign].microbatch);

@@ -21,8 +21,7 @@ void locateParallelOp(const Plan& plan, OpId op, Failure& f) {
     const auto& P = plan.parallel;
     f.parallelOp = plan.opName(P, op);
     const auto& o = P.ops[op];
-    // Collectives are located on the rank of their first output, as counterexamples are.
-    f.rank = o.rank >= 0 ? o.rank : (o.numOutputs ? P.tensors[P.outputs(op)[0]].rank : -1);
+    f.rank = P.homeRank(op);
     f.coordinates = plan.coordinatesJson(f.rank);
     f.microbatch = o.microbatch;
 }
