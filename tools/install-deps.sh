@@ -5,7 +5,7 @@ packages=(build-essential cmake ninja-build pkg-config libz3-dev nlohmann-json3-
           libgraphviz-dev xvfb xauth imagemagick)
 missing=()
 for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" == *"install ok installed"* ]] || missing+=("$p")
 done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all packages present"
