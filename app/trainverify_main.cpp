@@ -1,4 +1,5 @@
 // trainverify: the command line. Verifies a plan headless (for CI), or inspects it.
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -8,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "generate/generator.hpp"
 #include "io/plan_json.hpp"
 #include "ops/registry.hpp"
 #include "verify/verifier.hpp"
@@ -19,6 +21,10 @@ constexpr const char* kUsage = R"(trainverify - proves a distributed training pl
 Usage:
   trainverify verify PLAN.json [--jobs N] [--timeout SECONDS] [--json REPORT.json|-] [--stats] [--no-reduce] [--no-reuse]
   trainverify inspect PLAN.json [--json]
+  trainverify generate --model MODEL [--dp N] [--tp N] [--pp N] [--microbatches N] [--sp]
+                       [--schedule 1f1b|gpipe] [--layers N] [--global-batch N] [--optimizer adamw|sgd]
+                       [--hidden N] [--heads N] [--kv-heads N] [--ffn N] [--vocab N] [--seq N]
+                       [--verify] -o PLAN.json
   trainverify ops
   trainverify --help | --version
 
@@ -33,6 +39,11 @@ verify   Cuts the plan into stages from its lineage, reduces shapes, checks ever
            --no-reuse        check every stage, even those isomorphic to a proven one
 inspect  Prints counts (ops, tensors, ranks, lineage records, stages) and the parallel
          configuration.
+generate Writes one whole training step (forward, backward, gradient reduction, optimizer
+         update) of a model parallelized as asked, with the lineage of every parallel tensor.
+         Models: mlp, gpt2, llama3 (small), llama3-8b, llama3-70b, llama3-405b; --layers and
+         the size options override the preset. --ep, --cp and --zero are recognised and
+         rejected: the generator does not build them yet. --verify verifies the written plan.
 ops      Lists the operators the registry knows.
 
 Exit codes: 0 equivalent, 1 not equivalent, 2 inconclusive, 3 invalid input or usage.
@@ -201,6 +212,111 @@ int cmdInspect(const std::vector<std::string>& args) {
     return 0;
 }
 
+bool parseCount(const std::string& s, std::int64_t& out) {
+    if (s.empty() || s.size() > 12) return false;
+    for (char c : s)
+        if (c < '0' || c > '9') return false;
+    out = std::stoll(s);
+    return true;
+}
+
+int cmdGenerate(const std::vector<std::string>& args) {
+    tv::gen::GenerateOptions o;
+    std::string outPath;
+    bool verifyAfter = false;
+    for (std::size_t i = 0; i < args.size(); ++i) {
+        const auto& a = args[i];
+        auto value = [&]() -> const std::string* { return i + 1 < args.size() ? &args[++i] : nullptr; };
+        auto count = [&](const char* name, std::int64_t& out) -> bool {
+            auto* v = value();
+            if (!v || !parseCount(*v, out)) {
+                usageError(std::string(name) + " needs a whole number");
+                return false;
+            }
+            return true;
+        };
+        std::int64_t n = 0;
+        auto degree = [&](const char* name, int& out) -> bool {
+            if (!count(name, n)) return false;
+            if (n < 1 || n > (1 << 20)) {
+                usageError(std::string(name) + " must be from 1 to 1048576");
+                return false;
+            }
+            out = static_cast<int>(n);
+            return true;
+        };
+        auto size = [&](const char* name, std::optional<std::int64_t>& out) -> bool {
+            if (!count(name, n)) return false;
+            out = n;
+            return true;
+        };
+        if (a == "--model") {
+            auto* v = value();
+            if (!v) return usageError("--model needs a model name");
+            o.model = *v;
+        } else if (a == "-o" || a == "--output") {
+            auto* v = value();
+            if (!v) return usageError("-o needs a file name (or - for standard output)");
+            outPath = *v;
+        } else if (a == "--dp") { if (!degree("--dp", o.dp)) return 3; }
+        else if (a == "--tp") { if (!degree("--tp", o.tp)) return 3; }
+        else if (a == "--pp") { if (!degree("--pp", o.pp)) return 3; }
+        else if (a == "--microbatches" || a == "--nm") { if (!degree("--microbatches", o.microbatches)) return 3; }
+        else if (a == "--ep") { if (!degree("--ep", o.ep)) return 3; }
+        else if (a == "--cp") { if (!degree("--cp", o.cp)) return 3; }
+        else if (a == "--zero") {
+            if (!count("--zero", n)) return 3;
+            if (n < 1 || n > 3) return usageError("--zero must be 1, 2 or 3");
+            o.zero = static_cast<int>(n);
+        } else if (a == "--sp") o.sequenceParallel = true;
+        else if (a == "--verify") verifyAfter = true;
+        else if (a == "--schedule") {
+            auto* v = value();
+            if (!v) return usageError("--schedule needs 1f1b or gpipe");
+            o.schedule = *v;
+        } else if (a == "--optimizer") {
+            auto* v = value();
+            if (!v) return usageError("--optimizer needs adamw or sgd");
+            o.optimizer = *v;
+        } else if (a == "--layers") { if (!size("--layers", o.layers)) return 3; }
+        else if (a == "--global-batch") { if (!size("--global-batch", o.globalBatch)) return 3; }
+        else if (a == "--hidden") { if (!size("--hidden", o.hidden)) return 3; }
+        else if (a == "--heads") { if (!size("--heads", o.heads)) return 3; }
+        else if (a == "--kv-heads") { if (!size("--kv-heads", o.kvHeads)) return 3; }
+        else if (a == "--ffn") { if (!size("--ffn", o.ffn)) return 3; }
+        else if (a == "--vocab") { if (!size("--vocab", o.vocab)) return 3; }
+        else if (a == "--seq") { if (!size("--seq", o.seq)) return 3; }
+        else return usageError("generate: unknown option " + a);
+    }
+    if (outPath.empty()) return usageError("generate needs -o PLAN.json");
+    if (auto err = tv::gen::validate(o); !err.empty()) {
+        std::fprintf(stderr, "trainverify: invalid configuration: %s\n", err.c_str());
+        return 3;
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    auto plan = tv::gen::generatePlan(o);
+    auto text = plan.dump(1);
+    if (outPath == "-") {
+        std::cout << text << "\n";
+    } else {
+        std::ofstream f(outPath, std::ios::binary);
+        if (!f || !(f << text << "\n") || !f.flush()) {
+            std::fprintf(stderr, "trainverify: cannot write %s: %s\n", outPath.c_str(), std::strerror(errno));
+            return 3;
+        }
+    }
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (outPath != "-")
+        std::fprintf(stderr, "generated %s: %zu logical ops, %zu parallel ops, %zu lineage records, %.1f MB in %.2f s\n",
+                     outPath.c_str(), plan["logical"]["ops"].size(), plan["parallel"]["ops"].size(), plan["lineage"].size(),
+                     static_cast<double>(text.size()) / 1e6, secs);
+    if (verifyAfter) {
+        if (outPath == "-") return usageError("--verify needs -o FILE");
+        return cmdVerify({outPath});
+    }
+    return 0;
+}
+
 int cmdOps() {
     for (const auto& s : tv::OpRegistry::instance().all()) {
         std::printf("%-24s %s\n", std::string(s.name).c_str(), std::string(s.summary).c_str());
@@ -230,6 +346,7 @@ int main(int argc, char** argv) {
         if (cmd == "verify") return cmdVerify(rest);
         if (cmd == "inspect") return cmdInspect(rest);
         if (cmd == "ops") return cmdOps();
+        if (cmd == "generate") return cmdGenerate(rest);
         return usageError("unknown command " + cmd);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "trainverify: internal error: %s\n", e.what());

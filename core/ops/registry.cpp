@@ -211,6 +211,8 @@ TV_UNARY(FGelu, return alg.mul(alg.mul(alg.num(Rational(1, 2)), x),
                                alg.add(alg.one(), alg.erf(alg.mul(x, alg.rsqrt(alg.num(2))))));)
 TV_UNARY(FAddScalar, return alg.add(x, alg.num(attrRat(attrs, "value")));)
 TV_UNARY(FMulScalar, return alg.mul(x, alg.num(attrRat(attrs, "value")));)
+// x / sqrt(n) for an integer n: the attention score scale 1/sqrt(head_dim), exact through the rsqrt UF.
+TV_UNARY(FDivSqrt, return alg.mul(x, alg.rsqrt(alg.num(Rational(attrInt(attrs, "n", 1)))));)
 TV_UNARY(FPow, return power(alg, x, attrRat(attrs, "exponent"));)
 TV_UNARY(FIdentity, (void)alg; return x;)
 
@@ -1430,6 +1432,9 @@ std::vector<H> vjpPassThrough(GradBuilder&, const VjpArgs& a) { return {a.outGra
 std::vector<H> vjpMulScalar(GradBuilder& b, const VjpArgs& a) {
     return {b.emitOp1("mul_scalar", {a.outGrads[0]}, json{{"value", a.attrs.at("value")}}, b.shapeOf(a.outGrads[0]))};
 }
+std::vector<H> vjpDivSqrt(GradBuilder& b, const VjpArgs& a) {
+    return {b.emitOp1("div_sqrt", {a.outGrads[0]}, json{{"n", a.attrs.at("n")}}, b.shapeOf(a.outGrads[0]))};
+}
 std::vector<H> vjpExp(GradBuilder& b, const VjpArgs& a) {
     return {b.emitOp1("mul", {a.outGrads[0], a.outputs[0]}, json::object(), b.shapeOf(a.outGrads[0]))};
 }
@@ -1718,6 +1723,13 @@ OpRegistry::OpRegistry() {
     binary("div", Binary<Bin::Div>{}, vjpDiv, "a / b with broadcasting");
     unary("add_scalar", FAddScalar{}, vjpPassThrough, "x + value", {"value"});
     unary("mul_scalar", FMulScalar{}, vjpMulScalar, "x * value", {"value"});
+    {
+        unary("div_sqrt", FDivSqrt{}, vjpDivSqrt, "x / sqrt(n), n a positive integer (the attention scale)", {"n"});
+        specs_.back().checkAttrs = [](const json& a, std::size_t, std::size_t) -> std::string {
+            if (!a.at("n").is_number_integer() || a.at("n").get<std::int64_t>() < 1) return "attribute n must be a positive integer";
+            return {};
+        };
+    }
     unary("pow", FPow{}, vjpPow, "x ^ exponent (integer: exact product; otherwise uninterpreted)", {"exponent"});
     unary("neg", FNeg{}, vjpNeg, "-x");
     unary("exp", FExp{}, vjpExp, "exp(x) (uninterpreted)");

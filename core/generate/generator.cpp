@@ -1,0 +1,125 @@
+#include "generate/generator.hpp"
+
+#include <sstream>
+#include <stdexcept>
+
+namespace tv::gen {
+
+using json = nlohmann::json;
+
+ModelConfig modelConfig(const GenerateOptions& o) {
+    auto c = preset(o.model).value_or(ModelConfig{});
+    if (o.layers) c.layers = *o.layers;
+    if (o.hidden) c.hidden = *o.hidden;
+    if (o.heads) c.heads = *o.heads;
+    if (o.kvHeads) c.kvHeads = *o.kvHeads;
+    else if (o.heads && c.kvHeads > *o.heads) c.kvHeads = *o.heads;
+    if (o.ffn) c.ffn = *o.ffn;
+    if (o.vocab) c.vocab = *o.vocab;
+    if (o.seq) c.seq = *o.seq;
+    return c;
+}
+
+std::string validate(const GenerateOptions& o) {
+    if (o.model.starts_with("deepseek"))
+        return "model " + o.model + ": DeepSeek (MLA attention, MoE) is not in the generator yet; available: mlp, gpt2, llama3, llama3-8b, llama3-70b, llama3-405b";
+    if (!preset(o.model)) {
+        std::string names;
+        for (const auto& n : presetNames()) names += (names.empty() ? "" : ", ") + n;
+        return "unknown model \"" + o.model + "\" (available: " + names + ")";
+    }
+    for (auto [v, n] : {std::pair{o.dp, "--dp"}, {o.tp, "--tp"}, {o.pp, "--pp"}, {o.microbatches, "--microbatches"}, {o.ep, "--ep"}, {o.cp, "--cp"}})
+        if (v < 1) return std::string(n) + " must be at least 1";
+    if (o.ep > 1) return "--ep " + std::to_string(o.ep) + ": expert parallelism needs a model with experts (DeepSeek), which the generator does not build yet";
+    if (o.cp > 1) return "--cp " + std::to_string(o.cp) + ": context parallelism is not in the generator yet";
+    if (o.zero != 0) return "--zero " + std::to_string(o.zero) + ": ZeRO sharding is not in the generator yet";
+    if (o.schedule != "1f1b" && o.schedule != "gpipe") return "--schedule must be 1f1b or gpipe, not \"" + o.schedule + "\"";
+    if (o.optimizer != "adamw" && o.optimizer != "sgd") return "--optimizer must be adamw or sgd, not \"" + o.optimizer + "\"";
+    auto c = modelConfig(o);
+    for (auto [v, n] : {std::pair{c.layers, "layers"}, {c.hidden, "hidden"}, {c.heads, "heads"}, {c.kvHeads, "kv-heads"},
+                        {c.ffn, "ffn"}, {c.vocab, "vocab"}, {c.seq, "seq"}})
+        if (v < 1) return std::string(n) + " must be at least 1";
+    auto divides = [](std::int64_t d, std::int64_t n) { return n % d == 0; };
+    std::ostringstream e;
+    const std::int64_t lanes = static_cast<std::int64_t>(o.dp) * o.microbatches;
+    const auto batch = o.globalBatch.value_or(lanes);
+    if (batch < 1) return "--global-batch must be at least 1";
+    if (!divides(lanes, batch)) {
+        e << "global batch " << batch << " does not divide into dp " << o.dp << " x " << o.microbatches << " microbatches";
+        return e.str();
+    }
+    if (c.layers < o.pp || !divides(o.pp, c.layers)) {
+        e << "pipeline parallelism: " << c.layers << " layers do not divide into " << o.pp << " stages";
+        return e.str();
+    }
+    if (c.family == "mlp") {
+        if (o.sequenceParallel) return "--sp: the mlp model has no sequence dim to split";
+        if (!divides(o.tp, c.ffn)) {
+            e << "tensor parallelism: tp " << o.tp << " does not divide the ffn size " << c.ffn;
+            return e.str();
+        }
+        return {};
+    }
+    if (!divides(c.heads, c.hidden)) {
+        e << "hidden size " << c.hidden << " is not a multiple of the " << c.heads << " heads";
+        return e.str();
+    }
+    if (c.headDim() % 2 != 0) {
+        e << "head dim " << c.headDim() << " must be even (RoPE rotates pairs)";
+        return e.str();
+    }
+    if (!divides(c.kvHeads, c.heads)) {
+        e << c.heads << " heads do not divide into " << c.kvHeads << " key/value groups";
+        return e.str();
+    }
+    if (!divides(o.tp, c.heads)) { e << "tensor parallelism: tp " << o.tp << " does not divide the " << c.heads << " attention heads"; return e.str(); }
+    if (!divides(o.tp, c.kvHeads)) { e << "tensor parallelism: tp " << o.tp << " does not divide the " << c.kvHeads << " key/value heads"; return e.str(); }
+    if (!divides(o.tp, c.ffn)) { e << "tensor parallelism: tp " << o.tp << " does not divide the ffn size " << c.ffn; return e.str(); }
+    if (c.family == "llama3" && !divides(o.tp, c.vocab)) {
+        e << "tensor parallelism: tp " << o.tp << " does not divide the vocabulary of " << c.vocab << " (the output layer is split by vocabulary)";
+        return e.str();
+    }
+    if (o.sequenceParallel) {
+        if (o.tp < 2) return "--sp needs --tp 2 or more (sequence parallelism splits the sequence over the tensor-parallel group)";
+        if (!divides(o.tp, c.seq)) { e << "sequence parallelism: tp " << o.tp << " does not divide the sequence length " << c.seq; return e.str(); }
+    }
+    return {};
+}
+
+json generatePlan(const GenerateOptions& o) {
+    if (auto err = validate(o); !err.empty()) throw std::invalid_argument(err);
+    const auto c = modelConfig(o);
+    const std::int64_t batch = o.globalBatch.value_or(static_cast<std::int64_t>(o.dp) * o.microbatches);
+    LogicalModel m;
+    buildForward(m, c, batch, o.sequenceParallel);
+    auto grads = appendBackward(m);
+    appendOptimizer(m, grads, OptimizerConfig{o.optimizer});
+    std::vector<int> keep{m.loss};
+    for (std::size_t i = 0; i < m.ops.size(); ++i)
+        if (m.ops[i].phase == Phase::Optimizer)
+            for (int t : m.ops[i].outputs) keep.push_back(t);
+    removeDeadOps(m, keep);
+
+    ParallelConfig pc{o.dp, o.tp, o.pp, o.microbatches, o.sequenceParallel, o.schedule};
+    auto body = parallelize(m, pc);
+
+    std::ostringstream name, desc;
+    name << o.model;
+    if (o.layers) name << "-l" << *o.layers;
+    name << "-dp" << o.dp << "-tp" << o.tp << "-pp" << o.pp << "-nm" << o.microbatches;
+    if (o.sequenceParallel) name << "-sp";
+    desc << "One training step of " << o.model << " (" << c.layers << " layers, hidden " << c.hidden;
+    if (c.family != "mlp") desc << ", " << c.heads << " heads, " << c.kvHeads << " kv heads, seq " << c.seq;
+    desc << ", ffn " << c.ffn << ", vocab " << c.vocab << "), global batch " << batch << ", " << o.optimizer
+         << " optimizer; data parallel " << o.dp << ", tensor parallel " << o.tp << (o.sequenceParallel ? " with sequence parallelism" : "")
+         << ", pipeline parallel " << o.pp << " with " << o.microbatches << " microbatches (" << o.schedule
+         << "). Generated by trainverify generate.";
+    json plan{{"format", "trainverify-plan"}, {"version", 1}, {"name", name.str()}, {"description", desc.str()}};
+    plan["logical"] = std::move(body["logical"]);
+    plan["parallel"] = std::move(body["parallel"]);
+    plan["lineage"] = std::move(body["lineage"]);
+    plan["expect"] = json{{"verdict", "equivalent"}};
+    return plan;
+}
+
+}  // namespace tv::gen

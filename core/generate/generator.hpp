@@ -1,0 +1,37 @@
+// `trainverify generate`: a whole training step (forward, backward, gradient reduction, optimizer
+// update) of a model from the zoo, parallelized as asked, with complete lineage.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "generate/models.hpp"
+#include "generate/parallelizer.hpp"
+
+namespace tv::gen {
+
+struct GenerateOptions {
+    std::string model = "llama3";      ///< a preset name (see presetNames())
+    std::optional<std::int64_t> layers, hidden, heads, kvHeads, ffn, vocab, seq;
+    int dp = 1, tp = 1, pp = 1, microbatches = 1;
+    bool sequenceParallel = false;
+    int ep = 1, cp = 1, zero = 0;
+    std::string schedule = "1f1b";
+    std::optional<std::int64_t> globalBatch;  ///< default: one sequence per microbatch per replica
+    std::string optimizer = "adamw";
+};
+
+/// Why a configuration cannot be generated; empty when it can.
+std::string validate(const GenerateOptions& opts);
+
+/// The model configuration the options describe (preset plus overrides); call validate() first.
+ModelConfig modelConfig(const GenerateOptions& opts);
+
+/// A complete plan file (format version 1) for the options. Throws std::invalid_argument with the
+/// message of validate() for an invalid configuration.
+nlohmann::json generatePlan(const GenerateOptions& opts);
+
+}  // namespace tv::gen

@@ -1,0 +1,1039 @@
+#include "generate/parallelizer.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <set>
+#include <stdexcept>
+#include <unordered_set>
+
+#include "model/rational.hpp"
+
+namespace tv::gen {
+
+using json = nlohmann::json;
+
+namespace {
+
+// ----- placements ------------------------------------------------------------------------------
+
+enum class St : std::uint8_t { Rep, Shard, Partial };
+
+struct AxisState {
+    St st = St::Rep;
+    int dim = -1;
+    friend bool operator==(const AxisState&, const AxisState&) = default;
+    static AxisState rep() { return {}; }
+    static AxisState shard(int d) { return {St::Shard, d}; }
+    static AxisState partial() { return {St::Partial, -1}; }
+};
+
+struct Placement {
+    AxisState lane, tp;
+    Rational coeff{1};
+    friend bool operator==(const Placement& a, const Placement& b) {
+        return a.lane == b.lane && a.tp == b.tp && a.coeff == b.coeff;
+    }
+};
+
+std::string key(const AxisState& a) { return std::to_string(static_cast<int>(a.st)) + "/" + std::to_string(a.dim); }
+
+// ----- operator dims (einsum-style) ------------------------------------------------------------
+
+struct Label {
+    std::int64_t size = 1;  ///< what a split must divide
+    bool sums = false;      ///< outputs without this label hold partial sums when it is split
+    bool mean = false;      ///< splitting it scales local results by the number of parts
+    bool noShard = false;
+};
+
+struct OpDims {
+    std::vector<std::vector<int>> in, out;  ///< label per dim, -1: not splittable
+    std::vector<Label> labels;
+    int add(std::int64_t size) {
+        labels.push_back({size});
+        return static_cast<int>(labels.size()) - 1;
+    }
+};
+
+enum class Lin { None, Additive, Multi };
+struct Linearity {
+    Lin kind = Lin::None;
+    std::vector<bool> linear;  ///< per input
+};
+
+std::int64_t attrInt(const json& a, const char* k, std::int64_t def) {
+    auto it = a.find(k);
+    return it == a.end() || !it->is_number_integer() ? def : it->get<std::int64_t>();
+}
+int normDim(std::int64_t d, std::size_t rank) { return static_cast<int>(d < 0 ? d + static_cast<std::int64_t>(rank) : d); }
+
+/// Elementwise with broadcasting: inputs aligned to the right of the output.
+OpDims elementwise(const std::vector<Shape>& in, const std::vector<Shape>& out) {
+    OpDims d;
+    const auto& o = out[0];
+    std::vector<int> labels;
+    for (auto s : o) labels.push_back(d.add(s));
+    for (const auto& s : in) {
+        std::vector<int> l(s.size(), -1);
+        for (std::size_t j = 0; j < s.size(); ++j) {
+            auto od = o.size() - s.size() + j;
+            l[j] = (s[j] == o[od]) ? labels[od] : -1;
+        }
+        d.in.push_back(l);
+    }
+    for (std::size_t k = 0; k < out.size(); ++k) d.out.push_back(labels);
+    return d;
+}
+
+/// Reshape: dims grouped by equal products; only a group's outermost dims correspond.
+OpDims reshapeDims(const Shape& a, const Shape& b) {
+    OpDims d;
+    std::vector<int> li(a.size(), -1), lo(b.size(), -1);
+    std::size_t i = 0, j = 0;
+    while (i < a.size() || j < b.size()) {
+        if (i < a.size() && a[i] == 1 && !(j < b.size() && b[j] == 1)) { ++i; continue; }
+        if (j < b.size() && b[j] == 1 && !(i < a.size() && a[i] == 1)) { ++j; continue; }
+        if (i >= a.size() || j >= b.size()) break;
+        if (a[i] == 1 && b[j] == 1) { ++i; ++j; continue; }
+        std::size_t gi = i, gj = j;
+        std::int64_t pa = a[i++], pb = b[j++];
+        while (pa != pb) {
+            if (pa < pb) {
+                if (i >= a.size()) break;
+                pa *= a[i++];
+            } else {
+                if (j >= b.size()) break;
+                pb *= b[j++];
+            }
+        }
+        int l = d.add(std::gcd(a[gi], b[gj]));
+        li[gi] = l;
+        lo[gj] = l;
+    }
+    d.in.push_back(li);
+    d.out.push_back(lo);
+    return d;
+}
+
+OpDims opDims(const LOp& op, const std::vector<Shape>& in, const std::vector<Shape>& out) {
+    const auto& k = op.kind;
+    const auto& a = op.attrs;
+    static const std::set<std::string> kElementwise = {
+        "add", "sub", "mul", "div", "add_scalar", "mul_scalar", "div_sqrt", "pow", "neg", "exp", "log", "sqrt", "rsqrt",
+        "sigmoid", "tanh", "erf", "relu", "silu", "gelu", "identity", "relu_backward", "sigmoid_backward",
+        "tanh_backward", "silu_backward", "gelu_backward", "erf_backward", "dropout", "sgd", "adamw", "zeros_like"};
+    if (kElementwise.count(k)) return elementwise(in, out);
+    OpDims d;
+    if (k == "linear") {
+        const auto& x = in[0];
+        std::vector<int> lx;
+        for (std::size_t i = 0; i + 1 < x.size(); ++i) lx.push_back(d.add(x[i]));
+        int kk = d.add(x.back()), n = d.add(in[1][0]);
+        d.labels[static_cast<std::size_t>(kk)].sums = true;
+        auto lo = lx;
+        lx.push_back(kk);
+        lo.push_back(n);
+        d.in = {lx, {n, kk}};
+        if (in.size() == 3) d.in.push_back({n});
+        d.out = {lo};
+        return d;
+    }
+    if (k == "matmul") {
+        bool ta = a.value("transpose_a", false), tb = a.value("transpose_b", false);
+        const auto& A = in[0];
+        const auto& B = in[1];
+        const auto& O = out[0];
+        std::vector<int> lo;
+        for (std::size_t i = 0; i + 2 < O.size(); ++i) lo.push_back(d.add(O[i]));
+        int m = d.add(O[O.size() - 2]), n = d.add(O.back());
+        int kk = d.add(ta ? A[A.size() - 2] : A.back());
+        d.labels[static_cast<std::size_t>(kk)].sums = true;
+        auto batchOf = [&](const Shape& s) {
+            std::vector<int> l;
+            for (std::size_t i = 0; i + 2 < s.size(); ++i) {
+                auto od = O.size() - 2 - (s.size() - 2) + i;
+                l.push_back(s[i] == O[od] ? lo[od] : -1);
+            }
+            return l;
+        };
+        auto la = batchOf(A), lb = batchOf(B);
+        if (ta) { la.push_back(kk); la.push_back(m); } else { la.push_back(m); la.push_back(kk); }
+        if (tb) { lb.push_back(n); lb.push_back(kk); } else { lb.push_back(kk); lb.push_back(n); }
+        lo.push_back(m);
+        lo.push_back(n);
+        d.in = {la, lb};
+        d.out = {lo};
+        return d;
+    }
+    if (k == "sum" || k == "mean" || k == "sum_backward" || k == "mean_backward") {
+        bool backward = k.ends_with("_backward");
+        const auto& full = backward ? out[0] : in[0];
+        std::vector<bool> reduced(full.size(), !a.contains("dims"));
+        if (a.contains("dims"))
+            for (const auto& x : a["dims"]) reduced[static_cast<std::size_t>(normDim(x.get<std::int64_t>(), full.size()))] = true;
+        bool keep = a.value("keepdim", false);
+        std::vector<int> lf, lr;
+        for (std::size_t i = 0; i < full.size(); ++i) {
+            int l = d.add(full[i]);
+            lf.push_back(l);
+            if (reduced[i]) {
+                d.labels[static_cast<std::size_t>(l)].sums = true;
+                d.labels[static_cast<std::size_t>(l)].mean = k.starts_with("mean");
+                if (keep) lr.push_back(-1);
+            } else {
+                lr.push_back(l);
+            }
+        }
+        d.in = {backward ? lr : lf};
+        d.out = {backward ? lf : lr};
+        return d;
+    }
+    if (k == "max" || k == "max_backward" || k == "softmax" || k == "softmax_backward") {
+        const auto& x = in[0];
+        int dim = normDim(attrInt(a, "dim", -1), x.size());
+        std::vector<int> l;
+        for (std::size_t i = 0; i < x.size(); ++i) l.push_back(static_cast<int>(i) == dim ? -1 : d.add(x[i]));
+        if (k == "max") {
+            auto lo = l;
+            if (!a.value("keepdim", false)) lo.erase(lo.begin() + dim);
+            d.in = {l};
+            d.out = {lo};
+        } else {
+            d.in = {l, l};
+            d.out = {l};
+        }
+        return d;
+    }
+    if (k == "rmsnorm" || k == "layernorm" || k == "rmsnorm_backward" || k == "layernorm_backward") {
+        const auto& x = in[0];
+        std::vector<int> l;
+        for (std::size_t i = 0; i + 1 < x.size(); ++i) {
+            int li = d.add(x[i]);
+            d.labels[static_cast<std::size_t>(li)].sums = true;  // the weight gradients sum over rows
+            l.push_back(li);
+        }
+        l.push_back(-1);
+        std::vector<int> w{-1};
+        if (k == "rmsnorm") d.in = {l, w}, d.out = {l};
+        if (k == "layernorm") d.in = {l, w, w}, d.out = {l};
+        if (k == "rmsnorm_backward") d.in = {l, w, l}, d.out = {l, w};
+        if (k == "layernorm_backward") d.in = {l, w, l}, d.out = {l, w, w};
+        return d;
+    }
+    if (k == "reshape" || k == "view") return reshapeDims(in[0], out[0]);
+    if (k == "permute" || k == "transpose") {
+        const auto& x = in[0];
+        std::vector<int> l;
+        for (auto s : x) l.push_back(d.add(s));
+        std::vector<std::int64_t> perm(x.size());
+        std::iota(perm.begin(), perm.end(), 0);
+        if (k == "permute")
+            for (std::size_t i = 0; i < x.size(); ++i) perm[i] = normDim(a["dims"][i].get<std::int64_t>(), x.size());
+        else
+            std::swap(perm[static_cast<std::size_t>(normDim(attrInt(a, "dim0", 0), x.size()))],
+                      perm[static_cast<std::size_t>(normDim(attrInt(a, "dim1", 1), x.size()))]);
+        std::vector<int> lo;
+        for (auto p : perm) lo.push_back(l[static_cast<std::size_t>(p)]);
+        d.in = {l};
+        d.out = {lo};
+        return d;
+    }
+    if (k == "slice" || k == "slice_backward" || k == "concat" || k == "split" || k == "chunk") {
+        const auto& x = in[0];
+        int dim = normDim(attrInt(a, "dim", 0), x.size());
+        std::vector<int> l;
+        for (std::size_t i = 0; i < x.size(); ++i) l.push_back(static_cast<int>(i) == dim ? -1 : d.add(x[i]));
+        d.in.assign(in.size(), l);
+        d.out.assign(out.size(), l);
+        return d;
+    }
+    if (k == "expand" || k == "sum_to") {
+        bool ex = k == "expand";
+        const auto& big = ex ? out[0] : in[0];
+        const auto& small = ex ? in[0] : out[0];
+        std::vector<int> lb, ls(small.size(), -1);
+        for (std::size_t i = 0; i < big.size(); ++i) {
+            int l = d.add(big[i]);
+            lb.push_back(l);
+            bool inSmall = i + small.size() >= big.size() && small[i + small.size() - big.size()] == big[i];
+            if (inSmall)
+                ls[i + small.size() - big.size()] = l;
+            else if (!ex)
+                d.labels[static_cast<std::size_t>(l)].sums = true;
+        }
+        d.in = {ex ? ls : lb};
+        d.out = {ex ? lb : ls};
+        return d;
+    }
+    if (k == "embedding") {
+        std::vector<int> li;
+        for (auto s : in[0]) li.push_back(d.add(s));
+        int h = d.add(in[1][1]);
+        auto lo = li;
+        lo.push_back(h);
+        d.in = {li, {-1, h}};
+        d.out = {lo};
+        return d;
+    }
+    if (k == "embedding_backward") {
+        std::vector<int> li;
+        for (auto s : in[0]) {
+            int l = d.add(s);
+            d.labels[static_cast<std::size_t>(l)].sums = true;
+            li.push_back(l);
+        }
+        int h = d.add(in[1].back());
+        auto ly = li;
+        ly.push_back(h);
+        d.in = {li, ly};
+        d.out = {{-1, h}};
+        return d;
+    }
+    if (k == "cross_entropy" || k == "cross_entropy_backward") {
+        std::vector<int> li;
+        for (auto s : in[1]) {
+            int l = d.add(s);
+            d.labels[static_cast<std::size_t>(l)].sums = true;
+            d.labels[static_cast<std::size_t>(l)].mean = true;
+            li.push_back(l);
+        }
+        auto ll = li;
+        ll.push_back(-1);
+        if (k == "cross_entropy") {
+            d.in = {ll, li};
+            d.out = {{}};
+        } else {
+            d.in = {ll, li, {}};
+            d.out = {ll};
+        }
+        return d;
+    }
+    throw std::logic_error("generator: the parallelizer has no dims rule for operator " + k + " (op " + op.name + ")");
+}
+
+Linearity linearity(const LOp& op, std::size_t nin) {
+    const auto& k = op.kind;
+    Linearity l;
+    l.linear.assign(nin, false);
+    auto set = [&](Lin kind, std::initializer_list<std::size_t> idx) {
+        l.kind = kind;
+        for (auto i : idx)
+            if (i < nin) l.linear[i] = true;
+    };
+    static const std::set<std::string> kAdditive1 = {"neg", "mul_scalar", "div_sqrt", "identity", "reshape", "view",
+                                                     "permute", "transpose", "slice", "slice_backward", "split", "chunk",
+                                                     "expand", "sum_to", "sum", "mean", "sum_backward", "mean_backward"};
+    static const std::set<std::string> kBackward1 = {"relu_backward", "sigmoid_backward", "tanh_backward", "silu_backward",
+                                                     "gelu_backward", "erf_backward", "softmax_backward", "max_backward"};
+    if (k == "add" || k == "sub") set(Lin::Additive, {0, 1});
+    else if (k == "concat") {
+        l.kind = Lin::Additive;
+        l.linear.assign(nin, true);
+    } else if (kAdditive1.count(k)) set(Lin::Additive, {0});
+    else if (k == "embedding") set(Lin::Additive, {1});
+    else if (k == "embedding_backward") set(Lin::Additive, {1});
+    else if (k == "mul" || k == "matmul") set(Lin::Multi, {0, 1});
+    else if (k == "linear" && nin == 2) set(Lin::Multi, {0, 1});
+    else if (k == "div" || k == "dropout") set(Lin::Multi, {0});
+    else if (kBackward1.count(k)) set(Lin::Multi, {1});
+    else if (k == "rmsnorm_backward" || k == "layernorm_backward" || k == "cross_entropy_backward") set(Lin::Multi, {2});
+    return l;
+}
+
+// ----- the parallelizer ------------------------------------------------------------------------
+
+struct Version {
+    int logical = -1;
+    int stage = 0;
+    Placement pl;
+    bool initial = false;
+    std::vector<std::string> inst;  ///< [laneIndex * tp + t]
+};
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+class Parallelizer {
+public:
+    Parallelizer(const LogicalModel& m, const ParallelConfig& c) : M(m), C(c) {
+        L = c.dp * c.microbatches;
+        layersPerStage = std::max(1, m.headLayer / c.pp);
+        produced.assign(m.tensors.size(), -1);
+        initialOf.assign(m.tensors.size(), {});
+        desired.assign(m.tensors.size(), AxisState::rep());
+        isData.assign(m.tensors.size(), false);
+    }
+
+    json run();
+
+private:
+    const LogicalModel& M;
+    const ParallelConfig& C;
+    int L = 1;
+    int layersPerStage = 1;
+    std::vector<Version> versions;
+    std::map<std::string, int> cache;        ///< logical/stage/placement -> version
+    std::vector<int> produced;                ///< logical tensor -> the version its producer wrote
+    std::vector<std::vector<int>> initialOf;  ///< logical input -> its initial versions (one per stage)
+    std::vector<AxisState> desired;           ///< tp placement a weight gradient should end in
+    std::vector<bool> isData;
+    json ptensors = json::array(), pops = json::array();
+    struct OpMeta {
+        int microbatch = -1;
+        bool backward = false;
+    };
+    std::vector<OpMeta> opMeta;  ///< per emitted op, for ordering by the schedule
+    std::unordered_set<std::string> usedNames;
+
+    bool laneAxis() const { return L > 1; }
+    bool tpAxis() const { return C.tp > 1; }
+    int rankOf(int k, int s, int t) const { return (k * C.pp + s) * C.tp + t; }
+    int lanes(const Placement& p) const { return p.lane.st == St::Rep ? C.dp : L; }
+    int laneK(const Placement& p, int l) const { return p.lane.st == St::Rep ? l : l / C.microbatches; }
+    int laneM(const Placement& p, int l) const { return p.lane.st == St::Rep ? -1 : l % C.microbatches; }
+    int stageOf(int layer) const {
+        if (layer < 0) return 0;
+        if (layer >= M.headLayer) return C.pp - 1;
+        return std::min(C.pp - 1, layer / layersPerStage);
+    }
+    const LTensor& lt(int t) const { return M.tensors[static_cast<std::size_t>(t)]; }
+
+    static std::string phaseName(Phase p) { return std::string(toString(p)); }
+
+    std::string placementKey(int logical, int stage, const Placement& p) const {
+        return std::to_string(logical) + ":" + std::to_string(stage) + ":" + key(p.lane) + ":" + key(p.tp) + ":" + p.coeff.toString();
+    }
+
+    Shape localShape(int logical, const Placement& p) const {
+        Shape s = lt(logical).shape;
+        if (p.lane.st == St::Shard) s[static_cast<std::size_t>(p.lane.dim)] /= L;
+        if (p.tp.st == St::Shard) s[static_cast<std::size_t>(p.tp.dim)] /= C.tp;
+        return s;
+    }
+
+    std::string uniqueName(const std::string& base) {
+        if (usedNames.insert(base).second) return base;
+        for (int n = 2;; ++n) {
+            auto s = base + "." + std::to_string(n);
+            if (usedNames.insert(s).second) return s;
+        }
+    }
+
+    std::string instanceSuffix(int m, int rank) const {
+        return (m >= 0 ? ".mb" + std::to_string(m) : std::string()) + "@r" + std::to_string(rank);
+    }
+
+    /// A new version with fresh instance tensors named base + lane + rank.
+    int newVersion(int logical, int stage, const Placement& p, const std::string& base, bool initial = false) {
+        Version v;
+        v.logical = logical;
+        v.stage = stage;
+        v.pl = p;
+        v.initial = initial;
+        const auto shape = localShape(logical, p);
+        const auto& t = lt(logical);
+        for (int l = 0; l < lanes(p); ++l)
+            for (int tpi = 0; tpi < C.tp; ++tpi) {
+                int rank = rankOf(laneK(p, l), stage, tpi);
+                int m = laneM(p, l);
+                auto name = uniqueName(base + instanceSuffix(m, rank));
+                json j{{"id", name}, {"shape", shape}, {"role", std::string(toString(t.role))}, {"rank", rank}};
+                if (t.dtype == DType::Int) j["dtype"] = "int";
+                if (m >= 0) j["microbatch"] = m;
+                ptensors.push_back(std::move(j));
+                v.inst.push_back(std::move(name));
+            }
+        versions.push_back(std::move(v));
+        int id = static_cast<int>(versions.size()) - 1;
+        cache[placementKey(logical, stage, p)] = id;
+        return id;
+    }
+
+    void emitLocal(const std::string& name, const std::string& kind, int rank, int m, Phase phase,
+                   const std::vector<std::string>& ins, const std::vector<std::string>& outs, const json& attrs) {
+        json j{{"id", uniqueName(name)}, {"op", kind}, {"rank", rank}, {"phase", phaseName(phase)}, {"inputs", ins}, {"outputs", outs}};
+        if (m >= 0) j["microbatch"] = m;
+        if (!attrs.empty()) j["attrs"] = attrs;
+        pops.push_back(std::move(j));
+        opMeta.push_back({m, phase != Phase::Forward});
+    }
+    /// A collective carrying (a version of) logical tensor `logical`.
+    void emitCollective(const std::string& name, const std::string& kind, const std::vector<int>& group, int m, int logical,
+                        const std::vector<std::string>& ins, const std::vector<std::string>& outs, const json& attrs) {
+        json j{{"id", uniqueName(name)}, {"op", kind}, {"group", group}, {"inputs", ins}, {"outputs", outs}};
+        if (m >= 0) j["microbatch"] = m;
+        if (!attrs.empty()) j["attrs"] = attrs;
+        pops.push_back(std::move(j));
+        opMeta.push_back({m, phaseOf(logical) != Phase::Forward});
+    }
+
+    Placement initialPlacement(int t) const {
+        Placement p;
+        if (isData[static_cast<std::size_t>(t)] && laneAxis()) p.lane = AxisState::shard(M.batchDim);
+        int d = M.placement[static_cast<std::size_t>(t)].tpShardDim;
+        if (d >= 0 && tpAxis()) p.tp = AxisState::shard(d);
+        return p;
+    }
+
+    /// The version of logical tensor t as its producer (or the data loader / checkpoint) holds it, on stage s.
+    int source(int t, int stage) {
+        if (produced[static_cast<std::size_t>(t)] >= 0) return fetch(produced[static_cast<std::size_t>(t)], stage);
+        auto p = initialPlacement(t);
+        auto k = placementKey(t, stage, p);
+        if (auto it = cache.find(k); it != cache.end()) return it->second;
+        int v = newVersion(t, stage, p, lt(t).name, true);
+        initialOf[static_cast<std::size_t>(t)].push_back(v);
+        return v;
+    }
+
+    /// The same version moved to stage s (pipeline send/recv per instance).
+    int fetch(int vi, int stage) {
+        if (versions[static_cast<std::size_t>(vi)].stage == stage) return vi;
+        const Version src = versions[static_cast<std::size_t>(vi)];
+        auto k = placementKey(src.logical, stage, src.pl);
+        if (auto it = cache.find(k); it != cache.end()) return it->second;
+        const auto base = lt(src.logical).name + ".recv";
+        int nv = newVersion(src.logical, stage, src.pl, base);
+        const auto& dst = versions[static_cast<std::size_t>(nv)];
+        for (int l = 0; l < lanes(src.pl); ++l)
+            for (int t = 0; t < C.tp; ++t) {
+                int kk = laneK(src.pl, l), m = laneM(src.pl, l);
+                int from = rankOf(kk, src.stage, t), to = rankOf(kk, stage, t);
+                auto i = static_cast<std::size_t>(l * C.tp + t);
+                emitCollective(lt(src.logical).name + ".send" + instanceSuffix(m, to), "send_recv", {from, to}, m, src.logical, {src.inst[i]},
+                               {dst.inst[i]}, json::object());
+            }
+        return nv;
+    }
+
+    Phase phaseOf(int logical) const {
+        auto p = lt(logical).producer;
+        return p >= 0 ? M.ops[static_cast<std::size_t>(p)].phase : Phase::Forward;
+    }
+
+    /// Data-parallel gradient reduction: accumulate the microbatches on each rank, then average
+    /// over the data-parallel group.
+    int laneReduce(int vi) {
+        const Version src = versions[static_cast<std::size_t>(vi)];
+        Placement p = src.pl;
+        p.lane = AxisState::rep();
+        p.coeff = src.pl.coeff * Rational(C.dp);
+        auto k = placementKey(src.logical, src.stage, p);
+        if (auto it = cache.find(k); it != cache.end()) return it->second;
+        const auto& name = lt(src.logical).name;
+        // acc[k][t]: the sum over this replica's microbatches.
+        std::vector<std::vector<std::string>> acc(static_cast<std::size_t>(C.dp), std::vector<std::string>(static_cast<std::size_t>(C.tp)));
+        const auto shape = localShape(src.logical, p);
+        for (int kk = 0; kk < C.dp; ++kk)
+            for (int t = 0; t < C.tp; ++t) {
+                int rank = rankOf(kk, src.stage, t);
+                std::string cur = src.inst[static_cast<std::size_t>((kk * C.microbatches) * C.tp + t)];
+                for (int m = 1; m < C.microbatches; ++m) {
+                    auto out = uniqueName(name + ".accum" + std::to_string(m) + "@r" + std::to_string(rank));
+                    ptensors.push_back(json{{"id", out}, {"shape", shape}, {"role", std::string(toString(lt(src.logical).role))}, {"rank", rank}});
+                    emitLocal(name + ".accumulate" + std::to_string(m) + "@r" + std::to_string(rank), "add", rank, -1, Phase::Backward,
+                              {cur, src.inst[static_cast<std::size_t>((kk * C.microbatches + m) * C.tp + t)]}, {out}, json::object());
+                    cur = out;
+                }
+                acc[static_cast<std::size_t>(kk)][static_cast<std::size_t>(t)] = cur;
+            }
+        if (C.dp == 1) {
+            // Nothing to average: the accumulated tensors are the new version's instances.
+            Version v;
+            v.logical = src.logical;
+            v.stage = src.stage;
+            v.pl = p;
+            for (int t = 0; t < C.tp; ++t) v.inst.push_back(acc[0][static_cast<std::size_t>(t)]);
+            versions.push_back(std::move(v));
+            int id = static_cast<int>(versions.size()) - 1;
+            cache[k] = id;
+            return id;
+        }
+        int nv = newVersion(src.logical, src.stage, p, name + ".dp_reduced");
+        for (int t = 0; t < C.tp; ++t) {
+            std::vector<int> group;
+            std::vector<std::string> ins, outs;
+            for (int kk = 0; kk < C.dp; ++kk) {
+                group.push_back(rankOf(kk, src.stage, t));
+                ins.push_back(acc[static_cast<std::size_t>(kk)][static_cast<std::size_t>(t)]);
+                outs.push_back(versions[static_cast<std::size_t>(nv)].inst[static_cast<std::size_t>(kk * C.tp + t)]);
+            }
+            emitCollective(name + ".dp_allreduce@r" + std::to_string(group[0]), "all_reduce", group, -1, src.logical, ins, outs,
+                           json{{"reduce", "mean"}});
+        }
+        return nv;
+    }
+
+    /// Changes the tp placement of a version (on its stage), with the collective or local op it takes.
+    int tpConvert(int vi, AxisState to) {
+        const Version src = versions[static_cast<std::size_t>(vi)];
+        const auto from = src.pl.tp;
+        if (from == to) return vi;
+        if (from.st == St::Shard && to.st == St::Shard) return tpConvert(tpConvert(vi, AxisState::rep()), to);
+        if (to.st == St::Partial)
+            throw std::logic_error("generator: cannot turn " + lt(src.logical).name + " into a partial sum");
+        Placement p = src.pl;
+        p.tp = to;
+        auto k = placementKey(src.logical, src.stage, p);
+        if (auto it = cache.find(k); it != cache.end()) return it->second;
+        const auto& name = lt(src.logical).name;
+        std::string what = from.st == St::Rep ? ".chunk" : from.st == St::Shard ? ".gathered" : to.st == St::Rep ? ".reduced" : ".scattered";
+        int nv = newVersion(src.logical, src.stage, p, name + what);
+        const auto& dst = versions[static_cast<std::size_t>(nv)];
+        for (int l = 0; l < lanes(p); ++l) {
+            int kk = laneK(p, l), m = laneM(p, l);
+            std::vector<int> group;
+            std::vector<std::string> ins, outs;
+            for (int t = 0; t < C.tp; ++t) {
+                group.push_back(rankOf(kk, src.stage, t));
+                ins.push_back(src.inst[static_cast<std::size_t>(l * C.tp + t)]);
+                outs.push_back(dst.inst[static_cast<std::size_t>(l * C.tp + t)]);
+            }
+            if (from.st == St::Rep) {
+                for (int t = 0; t < C.tp; ++t)
+                    emitLocal(name + ".chunk" + instanceSuffix(m, group[static_cast<std::size_t>(t)]), "chunk",
+                              group[static_cast<std::size_t>(t)], m, phaseOf(src.logical), {ins[static_cast<std::size_t>(t)]},
+                              {outs[static_cast<std::size_t>(t)]}, json{{"dim", to.dim}, {"parts", C.tp}, {"index", t}});
+            } else if (from.st == St::Shard) {
+                emitCollective(name + ".all_gather" + instanceSuffix(m, group[0]), "all_gather", group, m, src.logical, ins, outs,
+                               json{{"dim", from.dim}});
+            } else if (to.st == St::Rep) {
+                emitCollective(name + ".all_reduce" + instanceSuffix(m, group[0]), "all_reduce", group, m, src.logical, ins, outs,
+                               json{{"reduce", "sum"}});
+            } else {
+                emitCollective(name + ".reduce_scatter" + instanceSuffix(m, group[0]), "reduce_scatter", group, m, src.logical, ins, outs,
+                               json{{"dim", to.dim}, {"reduce", "sum"}});
+            }
+        }
+        return nv;
+    }
+
+    /// Rescales a version so that its coefficient becomes `to` (a local multiply per instance).
+    int rescale(int vi, const Rational& to) {
+        const Version src = versions[static_cast<std::size_t>(vi)];
+        if (src.pl.coeff == to) return vi;
+        Placement p = src.pl;
+        p.coeff = to;
+        auto k = placementKey(src.logical, src.stage, p);
+        if (auto it = cache.find(k); it != cache.end()) return it->second;
+        const auto& name = lt(src.logical).name;
+        int nv = newVersion(src.logical, src.stage, p, name + ".scaled");
+        const auto factor = src.pl.coeff / to;
+        for (int l = 0; l < lanes(p); ++l)
+            for (int t = 0; t < C.tp; ++t) {
+                int rank = rankOf(laneK(p, l), src.stage, t);
+                auto i = static_cast<std::size_t>(l * C.tp + t);
+                emitLocal(name + ".scale" + instanceSuffix(laneM(p, l), rank), "mul_scalar", rank, laneM(p, l), phaseOf(src.logical),
+                          {src.inst[i]}, {versions[static_cast<std::size_t>(nv)].inst[i]}, json{{"value", factor.toString()}});
+            }
+        return nv;
+    }
+
+    int convert(int vi, AxisState lane, AxisState tp) {
+        const auto& v = versions[static_cast<std::size_t>(vi)];
+        if (!(v.pl.lane == lane)) {
+            if (v.pl.lane.st == St::Partial && lane.st == St::Rep)
+                vi = laneReduce(vi);
+            else
+                throw std::logic_error("generator: " + lt(v.logical).name + " would have to change how the batch is split");
+        }
+        return tpConvert(vi, tp);
+    }
+
+    static double tpCost(const AxisState& from, const AxisState& to, bool weight) {
+        if (from == to) return 0;
+        if (to.st == St::Partial) return kInf;
+        if (from.st == St::Rep) return 1;
+        if (from.st == St::Shard && to.st == St::Rep) return weight ? 15 : 10;
+        if (from.st == St::Shard) return weight ? 16 : 11;
+        return 10;  // partial -> replicated or sharded
+    }
+
+    void processOp(int opIndex);
+    void computeDesired();
+    json lineage() const;
+    json logicalJson() const;
+    void orderBySchedule();
+};
+
+void Parallelizer::computeDesired() {
+    // A weight's gradient should end where the weight lives, so the optimizer needs no resharding:
+    // propagate each weight's tp placement to the ops accumulating its gradient.
+    for (std::size_t i = 0; i < M.ops.size(); ++i) {
+        const auto& o = M.ops[i];
+        if (o.dead || o.phase != Phase::Optimizer) continue;
+        int w = o.inputs[0], g = o.inputs[1];
+        int d = M.placement[static_cast<std::size_t>(w)].tpShardDim;
+        if (d < 0 || !tpAxis()) continue;
+        std::vector<int> work{g};
+        while (!work.empty()) {
+            int t = work.back();
+            work.pop_back();
+            desired[static_cast<std::size_t>(t)] = AxisState::shard(d);
+            int p = lt(t).producer;
+            if (p >= 0 && M.ops[static_cast<std::size_t>(p)].kind == "add")
+                for (int in : M.ops[static_cast<std::size_t>(p)].inputs) work.push_back(in);
+        }
+    }
+}
+
+void Parallelizer::processOp(int opIndex) {
+    const auto& op = M.ops[static_cast<std::size_t>(opIndex)];
+    const int stage = stageOf(op.layer);
+    const auto nin = op.inputs.size(), nout = op.outputs.size();
+    std::vector<Shape> inShapes, outShapes;
+    for (int t : op.inputs) inShapes.push_back(lt(t).shape);
+    for (int t : op.outputs) outShapes.push_back(lt(t).shape);
+    const OpDims dims = opDims(op, inShapes, outShapes);
+    const Linearity lin = linearity(op, nin);
+
+    std::vector<int> src(nin);
+    for (std::size_t i = 0; i < nin; ++i) src[i] = source(op.inputs[i], stage);
+    auto cur = [&](std::size_t i) -> const Placement& { return versions[static_cast<std::size_t>(src[i])].pl; };
+    auto labelOf = [&](const std::vector<int>& ls, int dim) { return dim >= 0 && dim < static_cast<int>(ls.size()) ? ls[static_cast<std::size_t>(dim)] : -1; };
+    auto dimOf = [&](const std::vector<int>& ls, int label) {
+        for (std::size_t d = 0; d < ls.size(); ++d)
+            if (ls[d] == label) return static_cast<int>(d);
+        return -1;
+    };
+
+    // ---- the lane axis: follow the inputs' batch split.
+    std::vector<AxisState> laneIn(nin, AxisState::rep()), laneOut(nout, AxisState::rep());
+    int laneLabel = -1;
+    bool laneMean = false;
+    if (laneAxis()) {
+        for (std::size_t i = 0; i < nin; ++i)
+            if (cur(i).lane.st == St::Shard) {
+                int l = labelOf(dims.in[i], cur(i).lane.dim);
+                if (l < 0 || dims.labels[static_cast<std::size_t>(l)].noShard)
+                    throw std::logic_error("generator: op " + op.name + " (" + op.kind + ") cannot split the batch along dim " +
+                                           std::to_string(cur(i).lane.dim) + " of " + lt(op.inputs[i]).name);
+                if (laneLabel >= 0 && laneLabel != l)
+                    throw std::logic_error("generator: op " + op.name + " reads inputs split along different batch dims");
+                laneLabel = l;
+            }
+        std::vector<std::size_t> partials;
+        for (std::size_t i = 0; i < nin; ++i)
+            if (cur(i).lane.st == St::Partial) partials.push_back(i);
+        if (laneLabel >= 0) {
+            for (std::size_t i = 0; i < nin; ++i) {
+                int d = dimOf(dims.in[i], laneLabel);
+                laneIn[i] = d >= 0 ? AxisState::shard(d) : AxisState::rep();
+            }
+            for (std::size_t j = 0; j < nout; ++j) {
+                int d = dimOf(dims.out[j], laneLabel);
+                if (d >= 0)
+                    laneOut[j] = AxisState::shard(d);
+                else if (dims.labels[static_cast<std::size_t>(laneLabel)].sums)
+                    laneOut[j] = AxisState::partial();
+                else
+                    throw std::logic_error("generator: op " + op.name + " drops the batch dim without summing over it");
+            }
+            laneMean = dims.labels[static_cast<std::size_t>(laneLabel)].mean;
+        } else if (!partials.empty()) {
+            bool pass = false;
+            if (lin.kind == Lin::Additive) {
+                pass = true;
+                for (std::size_t i = 0; i < nin; ++i)
+                    if (lin.linear[i] != (cur(i).lane.st == St::Partial)) pass = false;
+            } else if (lin.kind == Lin::Multi) {
+                pass = partials.size() == 1 && lin.linear[partials[0]];
+            }
+            if (pass) {
+                for (auto i : partials) laneIn[i] = AxisState::partial();
+                laneOut.assign(nout, AxisState::partial());
+            }
+        }
+    }
+
+    // ---- the tp axis: the placement with the least communication.
+    std::vector<AxisState> tpIn(nin, AxisState::rep()), tpOut(nout, AxisState::rep());
+    bool tpMean = false;
+    if (tpAxis()) {
+        struct Candidate {
+            std::vector<AxisState> in, out;
+            bool mean = false;
+            double cost = 0;
+        };
+        std::vector<Candidate> cands;
+        auto finish = [&](Candidate c) {
+            for (std::size_t i = 0; i < nin; ++i) {
+                bool w = lt(op.inputs[i]).role == Role::Weight || lt(op.inputs[i]).role == Role::OptimizerState;
+                if (lt(op.inputs[i]).dtype == DType::Int && c.in[i].st == St::Partial) return;
+                c.cost += tpCost(cur(i).tp, c.in[i], w);
+            }
+            for (std::size_t j = 0; j < nout; ++j) {
+                const auto& want = desired[static_cast<std::size_t>(op.outputs[j])];
+                if (want.st == St::Shard && !(c.out[j] == want)) c.cost += 2;
+            }
+            if (c.cost < kInf) cands.push_back(std::move(c));
+        };
+        // Partial sums flow through linear ops.
+        std::vector<std::size_t> partials;
+        for (std::size_t i = 0; i < nin; ++i)
+            if (cur(i).tp.st == St::Partial) partials.push_back(i);
+        if (!partials.empty() && lin.kind == Lin::Additive) {
+            Candidate c;
+            for (std::size_t i = 0; i < nin; ++i) c.in.push_back(lin.linear[i] ? AxisState::partial() : AxisState::rep());
+            c.out.assign(nout, AxisState::partial());
+            finish(c);
+        }
+        if (lin.kind == Lin::Multi)
+            for (auto pi : partials)
+                if (lin.linear[pi]) {
+                    Candidate c;
+                    for (std::size_t i = 0; i < nin; ++i) c.in.push_back(i == pi ? AxisState::partial() : AxisState::rep());
+                    c.out.assign(nout, AxisState::partial());
+                    finish(c);
+                }
+        // Splits along a dim some input is split on, or some output should end up split on.
+        std::vector<int> labels;
+        for (std::size_t i = 0; i < nin; ++i)
+            if (cur(i).tp.st == St::Shard) labels.push_back(labelOf(dims.in[i], cur(i).tp.dim));
+        for (std::size_t j = 0; j < nout; ++j)
+            if (desired[static_cast<std::size_t>(op.outputs[j])].st == St::Shard)
+                labels.push_back(labelOf(dims.out[j], desired[static_cast<std::size_t>(op.outputs[j])].dim));
+        std::sort(labels.begin(), labels.end());
+        labels.erase(std::unique(labels.begin(), labels.end()), labels.end());
+        for (int l : labels) {
+            if (l < 0 || l == laneLabel) continue;
+            const auto& lab = dims.labels[static_cast<std::size_t>(l)];
+            if (lab.noShard || lab.size % C.tp != 0) continue;
+            Candidate c;
+            bool ok = true;
+            for (std::size_t i = 0; i < nin; ++i) {
+                int d = dimOf(dims.in[i], l);
+                c.in.push_back(d >= 0 ? AxisState::shard(d) : AxisState::rep());
+            }
+            for (std::size_t j = 0; j < nout; ++j) {
+                int d = dimOf(dims.out[j], l);
+                if (d >= 0) c.out.push_back(AxisState::shard(d));
+                else if (lab.sums) c.out.push_back(AxisState::partial());
+                else ok = false;
+            }
+            c.mean = lab.mean;
+            if (ok) finish(c);
+        }
+        {
+            Candidate c;
+            c.in.assign(nin, AxisState::rep());
+            c.out.assign(nout, AxisState::rep());
+            finish(c);
+        }
+        if (cands.empty()) throw std::logic_error("generator: no tensor-parallel placement for op " + op.name);
+        const Candidate* best = &cands[0];
+        for (const auto& c : cands)
+            if (c.cost < best->cost) best = &c;
+        tpIn = best->in;
+        tpOut = best->out;
+        tpMean = best->mean;
+    }
+
+    // ---- convert the inputs, then fix coefficients by linearity.
+    std::vector<int> in(nin);
+    for (std::size_t i = 0; i < nin; ++i) in[i] = convert(src[i], laneIn[i], tpIn[i]);
+    auto coeffOf = [&](std::size_t i) { return versions[static_cast<std::size_t>(in[i])].pl.coeff; };
+    Rational outCoeff(1);
+    if (lin.kind == Lin::Additive) {
+        bool same = true;
+        std::optional<Rational> c;
+        for (std::size_t i = 0; i < nin; ++i)
+            if (lin.linear[i]) {
+                if (c && !(*c == coeffOf(i))) same = false;
+                if (!c) c = coeffOf(i);
+            }
+        for (std::size_t i = 0; i < nin; ++i)
+            if (!lin.linear[i] || !same) in[i] = rescale(in[i], Rational(1));
+        outCoeff = same && c ? *c : Rational(1);
+    } else {
+        for (std::size_t i = 0; i < nin; ++i) {
+            if (lin.kind == Lin::Multi && lin.linear[i])
+                outCoeff = outCoeff * coeffOf(i);
+            else
+                in[i] = rescale(in[i], Rational(1));
+        }
+    }
+    if (laneMean) outCoeff = outCoeff / Rational(L);
+    if (tpMean) outCoeff = outCoeff / Rational(C.tp);
+
+    // ---- emit one local op per lane and tp rank.
+    std::vector<int> outV(nout);
+    for (std::size_t j = 0; j < nout; ++j) {
+        Placement p{laneOut[j], tpOut[j], outCoeff};
+        outV[j] = newVersion(op.outputs[j], stage, p, lt(op.outputs[j]).name);
+    }
+    Placement opPl{nout ? laneOut[0] : AxisState::rep(), AxisState::rep(), Rational(1)};
+    for (std::size_t j = 0; j < nout; ++j)
+        if (laneOut[j].st != St::Rep) opPl.lane = laneOut[j];
+    for (int l = 0; l < lanes(opPl); ++l)
+        for (int t = 0; t < C.tp; ++t) {
+            int kk = laneK(opPl, l), m = laneM(opPl, l);
+            int rank = rankOf(kk, stage, t);
+            std::vector<std::string> ins, outs;
+            for (std::size_t i = 0; i < nin; ++i) {
+                const auto& v = versions[static_cast<std::size_t>(in[i])];
+                int li = v.pl.lane.st == St::Rep ? kk : l;
+                ins.push_back(v.inst[static_cast<std::size_t>(li * C.tp + t)]);
+            }
+            for (std::size_t j = 0; j < nout; ++j) {
+                const auto& v = versions[static_cast<std::size_t>(outV[j])];
+                int li = v.pl.lane.st == St::Rep ? kk : l;
+                outs.push_back(v.inst[static_cast<std::size_t>(li * C.tp + t)]);
+            }
+            emitLocal(op.name + instanceSuffix(m, rank), op.kind, rank, m, op.phase, ins, outs, op.attrs);
+        }
+    for (std::size_t j = 0; j < nout; ++j) produced[static_cast<std::size_t>(op.outputs[j])] = outV[j];
+
+    // Sequence parallelism starts here: the residual stream is split along the sequence.
+    for (std::size_t j = 0; j < nout; ++j)
+        if (tpAxis() && std::find(M.seqParallelStarts.begin(), M.seqParallelStarts.end(), op.outputs[j]) != M.seqParallelStarts.end())
+            produced[static_cast<std::size_t>(op.outputs[j])] = tpConvert(outV[j], AxisState::shard(M.seqDim));
+}
+
+json Parallelizer::lineage() const {
+    json records = json::array();
+    std::vector<bool> initialDone(M.tensors.size(), false);
+    for (std::size_t vi = 0; vi < versions.size(); ++vi) {
+        const auto& v0 = versions[vi];
+        std::vector<const Version*> group{&v0};
+        if (v0.initial) {
+            // Every stage's copy of an input is one record: the input's lineage, taken as given.
+            if (initialDone[static_cast<std::size_t>(v0.logical)]) continue;
+            initialDone[static_cast<std::size_t>(v0.logical)] = true;
+            group.clear();
+            for (int i : initialOf[static_cast<std::size_t>(v0.logical)]) group.push_back(&versions[static_cast<std::size_t>(i)]);
+        }
+        const auto& p = v0.pl;
+        const auto& full = lt(v0.logical).shape;
+        const int laneSlices = p.lane.st == St::Shard ? L : 1;
+        const int tpSlices = p.tp.st == St::Shard ? C.tp : 1;
+        json slices = json::array();
+        for (int ls = 0; ls < laneSlices; ++ls)
+            for (int ts = 0; ts < tpSlices; ++ts) {
+                json box = json::array();
+                for (std::size_t d = 0; d < full.size(); ++d) {
+                    std::int64_t lo = 0, hi = full[d];
+                    if (p.lane.st == St::Shard && p.lane.dim == static_cast<int>(d)) {
+                        lo = full[d] / L * ls;
+                        hi = lo + full[d] / L;
+                    }
+                    if (p.tp.st == St::Shard && p.tp.dim == static_cast<int>(d)) {
+                        lo = full[d] / C.tp * ts;
+                        hi = lo + full[d] / C.tp;
+                    }
+                    box.push_back({lo, hi});
+                }
+                // Which (lane, t) instances make copies (replicated axes) and which are summed (partial axes).
+                std::vector<int> copyLanes, termLanes, copyTp, termTp;
+                if (p.lane.st == St::Shard) copyLanes = {ls};
+                else if (p.lane.st == St::Rep) for (int l = 0; l < C.dp; ++l) copyLanes.push_back(l);
+                if (p.lane.st == St::Partial) { copyLanes = {-1}; for (int l = 0; l < L; ++l) termLanes.push_back(l); }
+                else termLanes = {-1};
+                if (p.tp.st == St::Shard) copyTp = {ts};
+                else if (p.tp.st == St::Rep) for (int t = 0; t < C.tp; ++t) copyTp.push_back(t);
+                if (p.tp.st == St::Partial) { copyTp = {-1}; for (int t = 0; t < C.tp; ++t) termTp.push_back(t); }
+                else termTp = {-1};
+                json copies = json::array();
+                for (const auto* v : group)
+                    for (int cl : copyLanes)
+                        for (int ct : copyTp) {
+                            json terms = json::array();
+                            for (int tl : termLanes)
+                                for (int tt : termTp) {
+                                    int l = cl >= 0 ? cl : tl, t = ct >= 0 ? ct : tt;
+                                    const auto& name = v->inst[static_cast<std::size_t>(l * C.tp + t)];
+                                    if (p.coeff == Rational(1))
+                                        terms.push_back(name);
+                                    else
+                                        terms.push_back(json{{"tensor", name}, {"coeff", p.coeff.toString()}});
+                                }
+                            copies.push_back(std::move(terms));
+                        }
+                slices.push_back(json{{"box", box}, {"copies", copies}});
+            }
+        records.push_back(json{{"logical", lt(v0.logical).name}, {"slices", slices}});
+    }
+    return records;
+}
+
+json Parallelizer::logicalJson() const {
+    std::vector<bool> used(M.tensors.size(), false);
+    json ops = json::array();
+    for (const auto& o : M.ops) {
+        if (o.dead) continue;
+        json j{{"id", o.name}, {"op", o.kind}, {"inputs", json::array()}, {"outputs", json::array()}};
+        for (int t : o.inputs) {
+            j["inputs"].push_back(lt(t).name);
+            used[static_cast<std::size_t>(t)] = true;
+        }
+        for (int t : o.outputs) {
+            j["outputs"].push_back(lt(t).name);
+            used[static_cast<std::size_t>(t)] = true;
+        }
+        if (o.phase != Phase::Forward) j["phase"] = std::string(toString(o.phase));
+        if (!o.attrs.empty()) j["attrs"] = o.attrs;
+        ops.push_back(std::move(j));
+    }
+    json tensors = json::array();
+    for (std::size_t t = 0; t < M.tensors.size(); ++t) {
+        if (!used[t]) continue;
+        const auto& x = M.tensors[t];
+        json j{{"id", x.name}, {"shape", x.shape}, {"role", std::string(toString(x.role))}};
+        if (x.dtype == DType::Int) j["dtype"] = "int";
+        tensors.push_back(std::move(j));
+    }
+    return json{{"tensors", tensors}, {"ops", ops}};
+}
+
+json Parallelizer::run() {
+    for (int t : M.dataInputs) isData[static_cast<std::size_t>(t)] = true;
+    computeDesired();
+    for (std::size_t i = 0; i < M.ops.size(); ++i)
+        if (!M.ops[i].dead) processOp(static_cast<int>(i));
+    orderBySchedule();
+    json par{{"mesh", json::object()}, {"microbatches", C.microbatches}, {"tensors", ptensors}, {"ops", pops}};
+    if (C.dp > 1) par["mesh"]["dp"] = C.dp;
+    if (C.tp > 1) par["mesh"]["tp"] = C.tp;
+    if (C.pp > 1) par["mesh"]["pp"] = C.pp;
+    return json{{"logical", logicalJson()}, {"parallel", par}, {"lineage", lineage()}};
+}
+
+/// Orders each rank's program by the pipeline schedule: GPipe runs every microbatch's forward, then
+/// every backward; 1F1B warms up with (stages - stage - 1) forwards, then alternates one forward
+/// and one backward. Ops outside microbatches (reducers, optimizer) come last. File order is
+/// descriptive (the verifier follows dataflow), but it is the order a reader of the plan expects.
+void Parallelizer::orderBySchedule() {
+    const int nm = C.microbatches;
+    auto slot = [&](int stage, bool backward, int m) {
+        if (C.schedule == "gpipe") return backward ? nm + m : m;
+        int warm = std::min(C.pp - stage - 1, nm);
+        // The position of F(m) / B(m) in: F0..F(warm-1), then F(warm+i) B(i) for i, then the remaining B.
+        if (!backward) return m < warm ? m : warm + 2 * (m - warm);
+        int i = m;
+        if (i < nm - warm) return warm + 2 * i + 1;
+        return warm + 2 * (nm - warm) + (i - (nm - warm));
+    };
+    auto stageOfRank = [&](int rank) { return (rank / C.tp) % C.pp; };
+    std::vector<std::pair<std::int64_t, std::size_t>> keys;
+    for (std::size_t i = 0; i < pops.size(); ++i) {
+        const auto& o = pops[i];
+        int rank = o.contains("rank") ? o["rank"].get<int>() : o["group"].back().get<int>();
+        const auto& meta = opMeta[i];
+        std::int64_t s = meta.microbatch < 0 ? 4 * nm + 4 : slot(stageOfRank(rank), meta.backward, meta.microbatch);
+        keys.emplace_back(s, i);
+    }
+    std::stable_sort(keys.begin(), keys.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    json sorted = json::array();
+    for (const auto& [s, i] : keys) sorted.push_back(std::move(pops[i]));
+    pops = std::move(sorted);
+}
+
+}  // namespace
+
+json parallelize(const LogicalModel& model, const ParallelConfig& cfg) {
+    Parallelizer p(model, cfg);
+    return p.run();
+}
+
+}  // namespace tv::gen

@@ -1,0 +1,36 @@
+// The parallelizer: turns a logical training step into per-rank programs and records the lineage
+// of every parallel tensor as it goes.
+//
+// Each logical tensor is held on two axes: the *lane* axis (data parallelism x microbatches, a
+// lane being one microbatch of one data-parallel replica) and the *tp* axis (the tensor-parallel
+// group). On each axis a tensor is replicated, sharded along one dim, or a partial sum; a rational
+// coefficient relates the parallel values to the logical ones (mean losses, averaging reducers).
+// Every operator's dims are described einsum-style (which dims are spatial, summed, or must not
+// be split), and each logical op picks, among the placements its inputs allow, the one with the
+// least communication; the collectives that reconcile placements (all-reduce, all-gather,
+// reduce-scatter, the data-parallel gradient reducer, pipeline send/recv) follow from that.
+// Megatron's column/row parallelism, sequence parallelism and vocab-sharded heads emerge from the
+// weights' placements rather than from per-model code.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "generate/logical_model.hpp"
+
+namespace tv::gen {
+
+struct ParallelConfig {
+    int dp = 1, tp = 1, pp = 1;
+    int microbatches = 1;
+    bool sequenceParallel = false;
+    std::string schedule = "1f1b";  ///< "1f1b" or "gpipe": the order of each rank's program
+};
+
+/// Returns the "logical", "parallel" and "lineage" members of a plan file (format version 1).
+/// Throws std::logic_error if the model cannot be parallelized as asked (a generator bug or an
+/// unsupported model; configuration errors are caught before, by the generator).
+nlohmann::json parallelize(const LogicalModel& model, const ParallelConfig& cfg);
+
+}  // namespace tv::gen
