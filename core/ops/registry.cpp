@@ -22,11 +22,23 @@ bool ConcreteShapes::require(bool ok, const std::string& what) {
     return ok;
 }
 void SymbolicShapes::ratio(const D& part, const D& whole, std::int64_t num, std::int64_t den, const std::string&) {
-    constraints.push_back(part.e * c_.int_val(static_cast<int64_t>(den)) == whole.e * c_.int_val(static_cast<int64_t>(num)));
+    // Lowest terms keep the constraint linear and small: part * den == whole * num.
+    auto g = std::gcd(num, den);
+    if (g > 1) num /= g, den /= g;
+    if (num == den) {
+        constraints.push_back(part.e == whole.e);
+        return;
+    }
+    auto lhs = den == 1 ? part.e : part.e * c_.int_val(static_cast<int64_t>(den));
+    auto rhs = num == 1 ? whole.e : whole.e * c_.int_val(static_cast<int64_t>(num));
+    constraints.push_back(lhs == rhs);
 }
 void SymbolicShapes::divides(const D& whole, std::int64_t num, std::int64_t den) {
     if (num % den == 0) return;
-    constraints.push_back(z3::mod(whole.e * c_.int_val(static_cast<int64_t>(num)), c_.int_val(static_cast<int64_t>(den))) == 0);
+    // whole * num is a multiple of den  <=>  whole is a multiple of den / gcd(num, den).
+    auto step = den / std::gcd(num, den);
+    if (step == 1) return;
+    constraints.push_back(z3::mod(whole.e, c_.int_val(static_cast<int64_t>(step))) == 0);
 }
 
 std::vector<std::int64_t> stridesOf(const Shape& s) {

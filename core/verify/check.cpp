@@ -3,6 +3,8 @@
 #include <chrono>
 #include <unordered_map>
 #include <unordered_set>
+#include <cstdio>
+#include <cstdlib>
 
 #include "ops/registry.hpp"
 
@@ -128,6 +130,17 @@ private:
 
     // ----- shape reduction ------------------------------------------------------------------
 
+    bool infeasible() {
+        Failure f;
+        f.kind = FailureKind::ShapeReductionInfeasible;
+        f.stage = stage_.id;
+        f.tensor = plan_.tensorName(L_, plan_.lineage[stage_.output].logical);
+        f.message = "no reduced shapes keep every partition boundary and operator constraint of this stage";
+        result_.status = StageStatus::Inconclusive;
+        result_.failure = f;
+        return false;
+    }
+
     bool reduceShapes() {
         for (auto t : lTensors_) lShape_[t] = plan_.shape(L_, t);
         for (auto t : pTensors_) pShape_[t] = plan_.shape(P_, t);
@@ -177,29 +190,44 @@ private:
                     }
         }
         if (all.empty()) return true;
+        // Most dims are tied by equalities (elementwise ops, shards of a fixed ratio) or pinned to
+        // constants: solve those away first (Z3's solve-eqs), so the optimizer only sees the few
+        // free unknowns; the goal's model converter gives back the eliminated ones.
+        z3::goal goal(ctx_);
+        for (unsigned i = 0; i < sc.constraints.size(); ++i) goal.add(sc.constraints[i]);
+        z3::tactic pre = z3::tactic(ctx_, "simplify") & z3::tactic(ctx_, "propagate-values") & z3::tactic(ctx_, "solve-eqs") &
+                         z3::tactic(ctx_, "simplify");
+        auto pieces = pre(goal);
+        if (pieces.size() != 1 || pieces[0].is_decided_unsat()) return infeasible();
+        const z3::goal simplified = pieces[0];
+        z3::expr_vector free(ctx_);
+        {
+            std::unordered_set<unsigned> seen;
+            std::vector<z3::expr> work;
+            for (unsigned i = 0; i < simplified.size(); ++i) work.push_back(simplified[i]);
+            while (!work.empty()) {
+                auto e = work.back();
+                work.pop_back();
+                if (!seen.insert(e.id()).second) continue;
+                if (e.is_const() && !e.is_numeral() && e.is_int()) free.push_back(e);
+                if (e.is_app())
+                    for (unsigned k = 0; k < e.num_args(); ++k) work.push_back(e.arg(k));
+            }
+        }
         z3::optimize opt(ctx_);
         z3::params p(ctx_);
         if (opts_.timeoutMs) p.set("timeout", opts_.timeoutMs);
         opt.set(p);
-        for (unsigned i = 0; i < sc.constraints.size(); ++i) opt.add(sc.constraints[i]);
-        opt.minimize(z3::sum(all));
+        for (unsigned i = 0; i < simplified.size(); ++i) opt.add(simplified[i]);
+        if (!free.empty()) opt.minimize(z3::sum(free));
         auto res = opt.check();
-        if (res == z3::unsat) {
-            Failure f;
-            f.kind = FailureKind::ShapeReductionInfeasible;
-            f.stage = stage_.id;
-            f.tensor = plan_.tensorName(L_, plan_.lineage[stage_.output].logical);
-            f.message = "no reduced shapes keep every partition boundary and operator constraint of this stage";
-            result_.status = StageStatus::Inconclusive;
-            result_.failure = f;
-            return false;
-        }
+        if (res == z3::unsat) return infeasible();
         if (res == z3::unknown) {
             result_.note = "shape reduction gave up (" + std::string(Z3_optimize_get_reason_unknown(ctx_, opt)) + "); checking at full shapes";
             result_.reducedElements = result_.fullElements;
             return true;
         }
-        auto m = opt.get_model();
+        auto m = simplified.convert_model(opt.get_model());
         auto readBack = [&](auto& dims, auto& shapes) {
             for (auto& [t, ds] : dims) {
                 Shape s;
