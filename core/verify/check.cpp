@@ -3,6 +3,7 @@
 #include <chrono>
 #include <unordered_map>
 #include <unordered_set>
+#include <numeric>
 #include <cstdio>
 #include <cstdlib>
 
@@ -130,6 +131,31 @@ private:
 
     // ----- shape reduction ------------------------------------------------------------------
 
+    /// sum(c_i * x_i) == k with integer c_i, k: divided by gcd(c_i, k), so solve-eqs can use it.
+    static z3::expr divideByGcd(const z3::expr& f) {
+        if (!f.is_eq() || f.num_args() != 2 || !f.arg(1).is_numeral()) return f;
+        auto lhs = f.arg(0);
+        std::vector<std::pair<std::int64_t, z3::expr>> terms;
+        auto addTerm = [&](const z3::expr& t) {
+            if (t.is_app() && t.decl().decl_kind() == Z3_OP_MUL && t.num_args() == 2 && t.arg(0).is_numeral())
+                terms.emplace_back(t.arg(0).get_numeral_int64(), t.arg(1));
+            else
+                terms.emplace_back(1, t);
+        };
+        if (lhs.is_app() && lhs.decl().decl_kind() == Z3_OP_ADD)
+            for (unsigned i = 0; i < lhs.num_args(); ++i) addTerm(lhs.arg(i));
+        else
+            addTerm(lhs);
+        std::int64_t g = f.arg(1).get_numeral_int64();
+        for (auto& [c, e] : terms) g = std::gcd(g, c);
+        if (g < 0) g = -g;
+        if (g <= 1) return f;
+        auto& ctx = f.ctx();
+        z3::expr_vector sum(ctx);
+        for (auto& [c, e] : terms) sum.push_back(c / g == 1 ? e : ctx.int_val(static_cast<int64_t>(c / g)) * e);
+        return z3::sum(sum) == ctx.int_val(static_cast<int64_t>(f.arg(1).get_numeral_int64() / g));
+    }
+
     bool infeasible() {
         Failure f;
         f.kind = FailureKind::ShapeReductionInfeasible;
@@ -195,10 +221,16 @@ private:
         // free unknowns; the goal's model converter gives back the eliminated ones.
         z3::goal goal(ctx_);
         for (unsigned i = 0; i < sc.constraints.size(); ++i) goal.add(sc.constraints[i]);
-        z3::tactic pre = z3::tactic(ctx_, "simplify") & z3::tactic(ctx_, "propagate-values") & z3::tactic(ctx_, "solve-eqs") &
-                         z3::tactic(ctx_, "simplify");
-        auto pieces = pre(goal);
-        if (pieces.size() != 1 || pieces[0].is_decided_unsat()) return infeasible();
+        // Two rounds of: normal form (arith_lhs) -> linear equalities divided by their gcd (so
+        // that 2a == 2b, left by an earlier substitution, becomes a == b) -> solve-eqs.
+        z3::params lhs(ctx_);
+        lhs.set("arith_lhs", true);
+        auto round = z3::with(z3::tactic(ctx_, "simplify"), lhs) & z3::tactic(ctx_, "propagate-values") & z3::tactic(ctx_, "solve-eqs");
+        auto pieces1 = round(goal);
+        if (pieces1.size() != 1 || pieces1[0].is_decided_unsat()) return infeasible();
+        z3::goal divided(ctx_);
+        for (unsigned i = 0; i < pieces1[0].size(); ++i) divided.add(divideByGcd(pieces1[0][i]));
+        auto pieces = (round & z3::tactic(ctx_, "simplify"))(divided);
         const z3::goal simplified = pieces[0];
         z3::expr_vector free(ctx_);
         {
@@ -227,7 +259,7 @@ private:
             result_.reducedElements = result_.fullElements;
             return true;
         }
-        auto m = simplified.convert_model(opt.get_model());
+        auto m = pieces1[0].convert_model(simplified.convert_model(opt.get_model()));
         auto readBack = [&](auto& dims, auto& shapes) {
             for (auto& [t, ds] : dims) {
                 Shape s;
