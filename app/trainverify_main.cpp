@@ -24,7 +24,7 @@ Usage:
   trainverify generate --model MODEL [--dp N] [--tp N] [--pp N] [--microbatches N] [--sp]
                        [--schedule 1f1b|gpipe] [--layers N] [--global-batch N] [--optimizer adamw|sgd]
                        [--hidden N] [--heads N] [--kv-heads N] [--ffn N] [--vocab N] [--seq N]
-                       [--verify] -o PLAN.json
+                       [--format 1|2] [--verify] -o PLAN.json
   trainverify ops
   trainverify --help | --version
 
@@ -44,6 +44,7 @@ generate Writes one whole training step (forward, backward, gradient reduction, 
          Models: mlp, gpt2, llama3 (small), llama3-8b, llama3-70b, llama3-405b; --layers and
          the size options override the preset. --ep, --cp and --zero are recognised and
          rejected: the generator does not build them yet. --verify verifies the written plan.
+         --format 2 (the default) stores data-parallel replicas once; 1 writes each out.
 ops      Lists the operators the registry knows.
 
 Exit codes: 0 equivalent, 1 not equivalent, 2 inconclusive, 3 invalid input or usage.
@@ -162,7 +163,11 @@ int cmdInspect(const std::vector<std::string>& args) {
         std::cout << tv::reportToText(loaded.invalid);
         return 3;
     }
-    const auto& p = *loaded.plan;
+    // Counts are of the plan written out; a plan stored with replicas also reports what it stores.
+    const auto& stored = *loaded.plan;
+    std::unique_ptr<tv::Plan> expanded;
+    if (stored.replication.active()) expanded = std::make_unique<tv::Plan>(tv::expandReplicas(stored));
+    const auto& p = expanded ? *expanded : stored;
     auto sp = tv::cutStages(p);
     std::size_t glue = 0;
     for (const auto& s : sp.stages) glue += s.glue() ? 1 : 0;
@@ -183,6 +188,10 @@ int cmdInspect(const std::vector<std::string>& args) {
         {"stages", {{"total", sp.stages.size()}, {"op", sp.stages.size() - glue}, {"glue", glue}}},
         {"structural_failures", sp.structural.size()},
     };
+    if (expanded)
+        j["stored"] = {{"replicas", stored.replication.degree},
+                       {"parallel_ops", stored.parallel.ops.size()},
+                       {"parallel_tensors", stored.parallel.tensors.size()}};
     if (asJson) {
         std::cout << j.dump(2) << "\n";
         return 0;
@@ -191,6 +200,9 @@ int cmdInspect(const std::vector<std::string>& args) {
     if (!p.description.empty()) std::cout << "description   " << p.description << "\n";
     std::cout << "logical       " << p.logical.ops.size() << " ops, " << p.logical.tensors.size() << " tensors\n";
     std::cout << "parallel      " << p.parallel.ops.size() << " ops, " << p.parallel.tensors.size() << " tensors\n";
+    if (expanded)
+        std::cout << "stored        one replica of " << stored.replication.degree << ": " << stored.parallel.ops.size() << " ops, "
+                  << stored.parallel.tensors.size() << " tensors\n";
     std::cout << "ranks         " << p.ranks.size() << " (";
     bool first = true;
     for (auto a : tv::kAxes)
@@ -268,6 +280,10 @@ int cmdGenerate(const std::vector<std::string>& args) {
             if (!count("--zero", n)) return 3;
             if (n < 1 || n > 3) return usageError("--zero must be 1, 2 or 3");
             o.zero = static_cast<int>(n);
+        } else if (a == "--format") {
+            if (!count("--format", n)) return 3;
+            if (n != 1 && n != 2) return usageError("--format must be 1 or 2");
+            o.format = static_cast<int>(n);
         } else if (a == "--sp") o.sequenceParallel = true;
         else if (a == "--verify") verifyAfter = true;
         else if (a == "--schedule") {

@@ -80,7 +80,9 @@ std::shared_ptr<LoadedPlan> loadPlan(const QString& path, const std::set<std::in
         }
         return nullptr;
     }
-    std::shared_ptr<const Plan> plan(std::move(res.plan));
+    // The explorer draws every replica: a plan stored with replicas is written out first.
+    std::shared_ptr<const Plan> plan = res.plan->replication.active() ? std::make_shared<const Plan>(expandReplicas(*res.plan))
+                                                                     : std::shared_ptr<const Plan>(std::move(res.plan));
     ViewOptions options;
     options.collapsedRanks = collapsed ? *collapsed : defaultCollapsedRanks(*plan);
     auto stages = cutStages(*plan);

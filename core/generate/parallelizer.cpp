@@ -358,6 +358,7 @@ class Parallelizer {
 public:
     Parallelizer(const LogicalModel& m, const ParallelConfig& c) : M(m), C(c) {
         L = c.dp * c.microbatches;
+        listedDp = c.compactReplicas ? 1 : c.dp;
         layersPerStage = std::max(1, m.headLayer / c.pp);
         produced.assign(m.tensors.size(), -1);
         initialOf.assign(m.tensors.size(), {});
@@ -386,10 +387,14 @@ private:
     std::vector<OpMeta> opMeta;  ///< per emitted op, for ordering by the schedule
     std::unordered_set<std::string> usedNames;
 
+    /// Replicas written out: all of them, or only replica 0 in a plan stored with replicas.
+    int listedDp = 1;
+    bool compact() const { return listedDp < C.dp; }
+
     bool laneAxis() const { return L > 1; }
     bool tpAxis() const { return C.tp > 1; }
     int rankOf(int k, int s, int t) const { return (k * C.pp + s) * C.tp + t; }
-    int lanes(const Placement& p) const { return p.lane.st == St::Rep ? C.dp : L; }
+    int lanes(const Placement& p) const { return p.lane.st == St::Rep ? listedDp : listedDp * C.microbatches; }
     int laneK(const Placement& p, int l) const { return p.lane.st == St::Rep ? l : l / C.microbatches; }
     int laneM(const Placement& p, int l) const { return p.lane.st == St::Rep ? -1 : l % C.microbatches; }
     int stageOf(int layer) const {
@@ -460,8 +465,10 @@ private:
     }
     /// A collective carrying (a version of) logical tensor `logical`.
     void emitCollective(const std::string& name, const std::string& kind, const std::vector<int>& group, int m, int logical,
-                        const std::vector<std::string>& ins, const std::vector<std::string>& outs, const json& attrs) {
+                        const std::vector<std::string>& ins, const std::vector<std::string>& outs, const json& attrs,
+                        const json& extra = json::object()) {
         json j{{"id", uniqueName(name)}, {"op", kind}, {"group", group}, {"inputs", ins}, {"outputs", outs}};
+        for (auto it = extra.begin(); it != extra.end(); ++it) j[it.key()] = it.value();
         if (m >= 0) j["microbatch"] = m;
         if (!attrs.empty()) j["attrs"] = attrs;
         pops.push_back(std::move(j));
@@ -523,9 +530,9 @@ private:
         if (auto it = cache.find(k); it != cache.end()) return it->second;
         const auto& name = lt(src.logical).name;
         // acc[k][t]: the sum over this replica's microbatches.
-        std::vector<std::vector<std::string>> acc(static_cast<std::size_t>(C.dp), std::vector<std::string>(static_cast<std::size_t>(C.tp)));
+        std::vector<std::vector<std::string>> acc(static_cast<std::size_t>(listedDp), std::vector<std::string>(static_cast<std::size_t>(C.tp)));
         const auto shape = localShape(src.logical, p);
-        for (int kk = 0; kk < C.dp; ++kk)
+        for (int kk = 0; kk < listedDp; ++kk)
             for (int t = 0; t < C.tp; ++t) {
                 int rank = rankOf(kk, src.stage, t);
                 std::string cur = src.inst[static_cast<std::size_t>((kk * C.microbatches) * C.tp + t)];
@@ -554,13 +561,15 @@ private:
         for (int t = 0; t < C.tp; ++t) {
             std::vector<int> group;
             std::vector<std::string> ins, outs;
-            for (int kk = 0; kk < C.dp; ++kk) {
+            for (int kk = 0; kk < listedDp; ++kk) {
                 group.push_back(rankOf(kk, src.stage, t));
                 ins.push_back(acc[static_cast<std::size_t>(kk)][static_cast<std::size_t>(t)]);
                 outs.push_back(versions[static_cast<std::size_t>(nv)].inst[static_cast<std::size_t>(kk * C.tp + t)]);
             }
+            // Stored with replicas, the reducer lists replica 0's part of a group that spans them all.
+            json extra = compact() ? json{{"across_replicas", true}} : json::object();
             emitCollective(name + ".dp_allreduce@r" + std::to_string(group[0]), "all_reduce", group, -1, src.logical, ins, outs,
-                           json{{"reduce", "mean"}});
+                           json{{"reduce", "mean"}}, extra);
         }
         return nv;
     }
@@ -906,7 +915,7 @@ json Parallelizer::lineage() const {
         }
         const auto& p = v0.pl;
         const auto& full = lt(v0.logical).shape;
-        const int laneSlices = p.lane.st == St::Shard ? L : 1;
+        const int laneSlices = p.lane.st == St::Shard ? listedDp * C.microbatches : 1;
         const int tpSlices = p.tp.st == St::Shard ? C.tp : 1;
         json slices = json::array();
         for (int ls = 0; ls < laneSlices; ++ls)
@@ -927,8 +936,8 @@ json Parallelizer::lineage() const {
                 // Which (lane, t) instances make copies (replicated axes) and which are summed (partial axes).
                 std::vector<int> copyLanes, termLanes, copyTp, termTp;
                 if (p.lane.st == St::Shard) copyLanes = {ls};
-                else if (p.lane.st == St::Rep) for (int l = 0; l < C.dp; ++l) copyLanes.push_back(l);
-                if (p.lane.st == St::Partial) { copyLanes = {-1}; for (int l = 0; l < L; ++l) termLanes.push_back(l); }
+                else if (p.lane.st == St::Rep) for (int l = 0; l < listedDp; ++l) copyLanes.push_back(l);
+                if (p.lane.st == St::Partial) { copyLanes = {-1}; for (int l = 0; l < listedDp * C.microbatches; ++l) termLanes.push_back(l); }
                 else termLanes = {-1};
                 if (p.tp.st == St::Shard) copyTp = {ts};
                 else if (p.tp.st == St::Rep) for (int t = 0; t < C.tp; ++t) copyTp.push_back(t);
@@ -952,7 +961,13 @@ json Parallelizer::lineage() const {
                         }
                 slices.push_back(json{{"box", box}, {"copies", copies}});
             }
-        records.push_back(json{{"logical", lt(v0.logical).name}, {"slices", slices}});
+        json rec{{"logical", lt(v0.logical).name}, {"slices", slices}};
+        if (compact()) {
+            // How the record repeats in the other replicas.
+            if (p.lane.st == St::Shard) rec["replicas"] = json{{"split_dim", p.lane.dim}};
+            else rec["replicas"] = p.lane.st == St::Partial ? "sum" : "copies";
+        }
+        records.push_back(std::move(rec));
     }
     return records;
 }
@@ -996,6 +1011,7 @@ json Parallelizer::run() {
     if (C.dp > 1) par["mesh"]["dp"] = C.dp;
     if (C.tp > 1) par["mesh"]["tp"] = C.tp;
     if (C.pp > 1) par["mesh"]["pp"] = C.pp;
+    if (compact()) par["replicas"] = json{{"axis", "dp"}};
     return json{{"logical", logicalJson()}, {"parallel", par}, {"lineage", lineage()}};
 }
 

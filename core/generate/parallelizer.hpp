@@ -26,9 +26,13 @@ struct ParallelConfig {
     int microbatches = 1;
     bool sequenceParallel = false;
     std::string schedule = "1f1b";  ///< "1f1b" or "gpipe": the order of each rank's program
+    /// Store data-parallel replication once (plan format version 2): list replica 0's ops and
+    /// lineage, with the reducers marked as spanning every replica.
+    bool compactReplicas = false;
 };
 
-/// Returns the "logical", "parallel" and "lineage" members of a plan file (format version 1).
+/// Returns the "logical", "parallel" and "lineage" members of a plan file (format version 1, or
+/// version 2 with compactReplicas and dp > 1).
 /// Throws std::logic_error if the model cannot be parallelized as asked (a generator bug or an
 /// unsupported model; configuration errors are caught before, by the generator).
 nlohmann::json parallelize(const LogicalModel& model, const ParallelConfig& cfg);

@@ -89,6 +89,8 @@ private:
         }
     }
 
+    std::int64_t version_ = 1;
+
     void readAll() {
         if (!doc_.is_object()) {
             fail("", "a plan file must hold a JSON object");
@@ -98,8 +100,9 @@ private:
         if (fmt && *fmt != "trainverify-plan")
             fail("/format", "\"format\" is \"" + fmt->get<std::string>() + "\", expected \"trainverify-plan\"");
         std::int64_t version = 0;
-        if (intMember(doc_, "version", "", version, true, 0, 1000) && version != 1)
-            fail("/version", "unsupported version " + std::to_string(version) + " (this build reads version 1)");
+        if (intMember(doc_, "version", "", version, true, 0, 1000) && version != 1 && version != 2)
+            fail("/version", "unsupported version " + std::to_string(version) + " (this build reads versions 1 and 2)");
+        version_ = version;
         if (bad()) return;
         if (auto* n = stringMember(doc_, "name", "", false)) plan_->name = n->get<std::string>();
         if (auto* d = stringMember(doc_, "description", "", false)) plan_->description = d->get<std::string>();
@@ -114,13 +117,50 @@ private:
         auto* parallel = objectMember(doc_, "parallel", "");
         if (!logical || !parallel) return;
         rejectUnknownKeys(*logical, "/logical", {"tensors", "ops"}, "logical plan");
-        rejectUnknownKeys(*parallel, "/parallel", {"tensors", "ops", "mesh", "microbatches", "ranks"}, "parallel plan");
+        rejectUnknownKeys(*parallel, "/parallel", {"tensors", "ops", "mesh", "microbatches", "ranks", "replicas"}, "parallel plan");
         readMesh(*parallel);
         if (bad()) return;
+        readReplicas(*parallel);
+        if (bad()) return;
+        // A plan stored with replicas lists replica 0: its tensors and ops use ranks [0, ranksPerReplica).
+        auto allRanks = plan_->ranks;
+        if (plan_->replication.active()) plan_->ranks.resize(static_cast<std::size_t>(plan_->replication.ranksPerReplica));
         readGraph(*logical, "/logical", plan_->logical, false);
         readGraph(*parallel, "/parallel", plan_->parallel, true);
-        if (bad()) return;
-        if (auto* lin = arrayMember(doc_, "lineage", "")) readLineage(*lin);
+        if (!bad())
+            if (auto* lin = arrayMember(doc_, "lineage", "")) readLineage(*lin);
+        plan_->ranks = std::move(allRanks);
+    }
+
+    /// Version 2: "replicas": {"axis": "dp"} stores one data-parallel replica for all of them.
+    void readReplicas(const json& par) {
+        auto* r = objectMember(par, "replicas", "/parallel", false);
+        if (!r) return;
+        if (version_ < 2) {
+            fail("/parallel/replicas", "\"replicas\" needs \"version\": 2");
+            return;
+        }
+        rejectUnknownKeys(*r, "/parallel/replicas", {"axis"}, "replicas");
+        auto* axis = stringMember(*r, "axis", "/parallel/replicas");
+        if (!axis) return;
+        if (axis->get<std::string>() != "dp") {
+            fail("/parallel/replicas/axis", "replicas repeat along \"dp\" (data parallelism), not \"" + axis->get<std::string>() + "\"");
+            return;
+        }
+        const auto D = plan_->mesh.at(Axis::DP);
+        if (D < 2) {
+            fail("/parallel/replicas", "replicas need a mesh with dp of 2 or more");
+            return;
+        }
+        const auto n = static_cast<std::int32_t>(plan_->ranks.size());
+        const auto S = n / D;
+        for (std::int32_t rk = 0; rk < n; ++rk)
+            if (plan_->ranks[static_cast<std::size_t>(rk)].at(Axis::DP) != rk / S) {
+                fail("/parallel/ranks/" + std::to_string(rk), "with replicas, dp must be the outermost rank coordinate: rank " +
+                                                                  std::to_string(rk) + " should have dp=" + std::to_string(rk / S));
+                return;
+            }
+        plan_->replication = Replication{D, S};
     }
 
     void readMesh(const json& par) {
@@ -297,7 +337,7 @@ private:
             std::int64_t mb = -1;
             if (intMember(o, "microbatch", path, mb, false, 0, plan_->microbatches - 1)) info.microbatch = static_cast<std::int32_t>(mb);
             for (auto it = o.begin(); it != o.end(); ++it) {
-                static const std::vector<std::string> known = {"id", "op", "inputs", "outputs", "attrs", "phase", "rank", "group", "microbatch"};
+                static const std::vector<std::string> known = {"id", "op", "inputs", "outputs", "attrs", "phase", "rank", "group", "microbatch", "across_replicas"};
                 if (std::find(known.begin(), known.end(), it.key()) == known.end())
                     fail(path + "/" + it.key(), who + ": unknown op key \"" + it.key() + "\"");
             }
@@ -341,7 +381,9 @@ private:
                         for (std::size_t k = 0; k < gr->size(); ++k) {
                             const auto& v = (*gr)[k];
                             if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() >= nranks) {
-                                fail(path + "/group/" + std::to_string(k), who + ": rank out of range (the plan has " + std::to_string(nranks) + " ranks)");
+                                fail(path + "/group/" + std::to_string(k), who + ": rank out of range (the plan " +
+                                                                               (plan_->replication.active() ? "lists replica 0, ranks 0 to " + std::to_string(nranks - 1) + ")"
+                                                                                                            : "has " + std::to_string(nranks) + " ranks)"));
                                 continue;
                             }
                             auto r = static_cast<std::int32_t>(v.get<std::int64_t>());
@@ -378,7 +420,16 @@ private:
                                                                         std::to_string(want));
                     }
                     info.group = plan_->internGroup(group);
+                    if (auto it = o.find("across_replicas"); it != o.end()) {
+                        if (!it->is_boolean())
+                            fail(path + "/across_replicas", who + ": across_replicas is true or false");
+                        else if (it->get<bool>() && !plan_->replication.active())
+                            fail(path + "/across_replicas", who + ": across_replicas needs a plan stored with \"replicas\"");
+                        else
+                            info.acrossReplicas = it->get<bool>();
+                    }
                 } else {
+                    if (o.contains("across_replicas")) fail(path + "/across_replicas", who + ": only collectives run across replicas");
                     if (o.contains("group")) fail(path + "/group", who + ": only collectives have a \"group\"");
                     std::int64_t rank = -1;
                     if (!intMember(o, "rank", path, rank, true, 0, nranks - 1)) continue;
@@ -475,7 +526,7 @@ private:
                 fail(path, "a lineage record must be an object");
                 continue;
             }
-            rejectUnknownKeys(r, path, {"logical", "slices"}, "lineage record");
+            rejectUnknownKeys(r, path, {"logical", "slices", "replicas"}, "lineage record");
             auto* ln = stringMember(r, "logical", path);
             auto* slices = arrayMember(r, "slices", path);
             if (!ln || !slices) continue;
@@ -486,7 +537,8 @@ private:
                 continue;
             }
             std::string who = "lineage of \"" + ln->get<std::string>() + "\"";
-            const auto& full = plan_->shape(L, rec.logical);
+            Shape full = plan_->shape(L, rec.logical);
+            if (!readReplicaMode(r, path, who, full, rec)) continue;
             auto ldtype = L.tensors[rec.logical].dtype;
             for (std::size_t s = 0; s < slices->size(); ++s) {
                 auto sp = path + "/slices/" + std::to_string(s);
@@ -592,6 +644,51 @@ private:
             checkTiling(rec, path, who, full);
             plan_->lineage.push_back(std::move(rec));
         }
+    }
+
+    /// A record's "replicas" mode (plans stored with replicas only). For "split_dim" the listed
+    /// slices are replica 0's, so they tile the logical tensor with that dim divided by the degree.
+    bool readReplicaMode(const json& r, const std::string& path, const std::string& who, Shape& full, LineageRecord& rec) {
+        auto it = r.find("replicas");
+        if (!plan_->replication.active()) {
+            if (it != r.end()) {
+                fail(path + "/replicas", who + ": \"replicas\" is for plans stored with replicas");
+                return false;
+            }
+            return true;
+        }
+        const auto hint = "\"copies\", \"sum\" or {\"split_dim\": d}";
+        if (it == r.end()) {
+            fail(path, who + ": in a plan stored with replicas every record says how it repeats: \"replicas\": " + hint);
+            return false;
+        }
+        if (it->is_string() && *it == "copies") {
+            rec.replicas = ReplicaMode::Copies;
+            return true;
+        }
+        if (it->is_string() && *it == "sum") {
+            rec.replicas = ReplicaMode::Sum;
+            return true;
+        }
+        if (it->is_object() && it->size() == 1 && it->contains("split_dim") && (*it)["split_dim"].is_number_integer()) {
+            auto d = (*it)["split_dim"].get<std::int64_t>();
+            const auto D = plan_->replication.degree;
+            if (d < 0 || d >= static_cast<std::int64_t>(full.size())) {
+                fail(path + "/replicas/split_dim", who + ": split_dim " + std::to_string(d) + " is not a dim of the tensor");
+                return false;
+            }
+            if (full[static_cast<std::size_t>(d)] % D != 0) {
+                fail(path + "/replicas/split_dim", who + ": dim " + std::to_string(d) + " of size " + std::to_string(full[static_cast<std::size_t>(d)]) +
+                                                       " does not split into " + std::to_string(D) + " replicas");
+                return false;
+            }
+            full[static_cast<std::size_t>(d)] /= D;
+            rec.replicas = ReplicaMode::Split;
+            rec.splitDim = static_cast<std::int32_t>(d);
+            return true;
+        }
+        fail(path + "/replicas", who + ": replicas must be " + std::string(hint));
+        return false;
     }
 
     /// Slices must tile the logical box exactly: no two overlap and together they cover it.
@@ -701,6 +798,7 @@ json writeGraph(const Plan& p, const Graph& g, bool parallel) {
         j["outputs"] = std::move(outs);
         const auto& a = p.opAttrs(g, o);
         if (!a.empty()) j["attrs"] = a;
+        if (oi.acrossReplicas) j["across_replicas"] = true;
         ops.push_back(std::move(j));
     }
     return json{{"tensors", std::move(tensors)}, {"ops", std::move(ops)}};
@@ -711,7 +809,7 @@ json writeGraph(const Plan& p, const Graph& g, bool parallel) {
 json writePlanJson(const Plan& p) {
     json doc = json::object();
     doc["format"] = "trainverify-plan";
-    doc["version"] = 1;
+    doc["version"] = p.replication.active() ? 2 : 1;
     if (!p.name.empty()) doc["name"] = p.name;
     if (!p.description.empty()) doc["description"] = p.description;
     if (!p.expect.is_null()) doc["expect"] = p.expect;
@@ -730,6 +828,7 @@ json writePlanJson(const Plan& p) {
         ranks.push_back(std::move(j));
     }
     par["ranks"] = std::move(ranks);
+    if (p.replication.active()) par["replicas"] = json{{"axis", "dp"}};
     doc["parallel"] = std::move(par);
     json lin = json::array();
     for (const auto& rec : p.lineage) {
@@ -749,7 +848,11 @@ json writePlanJson(const Plan& p) {
             }
             slices.push_back({{"box", std::move(box)}, {"copies", std::move(copies)}});
         }
-        lin.push_back({{"logical", p.tensorName(p.logical, rec.logical)}, {"slices", std::move(slices)}});
+        json r = {{"logical", p.tensorName(p.logical, rec.logical)}, {"slices", std::move(slices)}};
+        if (rec.replicas == ReplicaMode::Copies) r["replicas"] = "copies";
+        if (rec.replicas == ReplicaMode::Sum) r["replicas"] = "sum";
+        if (rec.replicas == ReplicaMode::Split) r["replicas"] = json{{"split_dim", rec.splitDim}};
+        lin.push_back(std::move(r));
     }
     doc["lineage"] = std::move(lin);
     return doc;

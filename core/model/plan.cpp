@@ -173,4 +173,119 @@ nlohmann::json Plan::coordinatesJson(std::int32_t rank) const {
     return j;
 }
 
+Plan expandReplicas(const Plan& plan) {
+    if (!plan.replication.active()) return plan;
+    Plan out = plan;  // logical graph, pools, mesh and ranks are shared as they are
+    out.replication = Replication{};
+    const auto& T = plan.parallel;
+    auto& P = out.parallel;
+    P = Graph{};
+    const std::int32_t D = plan.replication.degree, S = plan.replication.ranksPerReplica;
+    const auto nt = static_cast<TensorId>(T.tensors.size());
+    auto id = [&](std::int32_t k, TensorId t) { return static_cast<TensorId>(k) * nt + t; };
+    auto nameOf = [&](const std::string& base, std::int32_t k) {
+        return k == 0 ? base : base + "~dp" + std::to_string(k);
+    };
+    P.tensors.reserve(static_cast<std::size_t>(nt) * D);
+    for (std::int32_t k = 0; k < D; ++k)
+        for (TensorId t = 0; t < nt; ++t) {
+            auto info = T.tensors[t];
+            info.name = out.names.intern(nameOf(plan.names.str(info.name), k));
+            info.rank += k * S;
+            info.producer = kNone;
+            P.tensorByName.emplace(info.name, static_cast<TensorId>(P.tensors.size()));
+            P.tensors.push_back(info);
+        }
+    auto addOp = [&](OpInfo info, std::int32_t k, std::vector<TensorId> ins, std::vector<TensorId> outs) {
+        info.firstInput = static_cast<std::uint32_t>(P.operands.size());
+        info.numInputs = static_cast<std::uint32_t>(ins.size());
+        P.operands.insert(P.operands.end(), ins.begin(), ins.end());
+        info.firstOutput = static_cast<std::uint32_t>(P.operands.size());
+        info.numOutputs = static_cast<std::uint32_t>(outs.size());
+        P.operands.insert(P.operands.end(), outs.begin(), outs.end());
+        auto opId = static_cast<OpId>(P.ops.size());
+        for (auto t : outs) P.tensors[t].producer = opId;
+        info.name = out.names.intern(nameOf(plan.names.str(info.name), k));
+        info.acrossReplicas = false;
+        P.opByName.emplace(info.name, opId);
+        P.ops.push_back(info);
+    };
+    for (OpId op = 0; op < T.ops.size(); ++op) {
+        const auto& o = T.ops[op];
+        auto ins = T.inputs(op);
+        auto outs = T.outputs(op);
+        if (o.acrossReplicas) {
+            // One collective over every replica: group, inputs and outputs replica by replica.
+            std::vector<std::int32_t> group;
+            std::vector<TensorId> i2, o2;
+            for (std::int32_t k = 0; k < D; ++k) {
+                for (auto r : plan.groups[o.group]) group.push_back(r + k * S);
+                for (auto t : ins) i2.push_back(id(k, t));
+                for (auto t : outs) o2.push_back(id(k, t));
+            }
+            auto info = o;
+            info.group = out.internGroup(group);
+            addOp(info, 0, std::move(i2), std::move(o2));
+            continue;
+        }
+        for (std::int32_t k = 0; k < D; ++k) {
+            auto info = o;
+            if (info.rank >= 0) info.rank += k * S;
+            if (info.group != kNone) {
+                auto g = plan.groups[o.group];
+                for (auto& r : g) r += k * S;
+                info.group = out.internGroup(g);
+            }
+            std::vector<TensorId> i2, o2;
+            for (auto t : ins) i2.push_back(id(k, t));
+            for (auto t : outs) o2.push_back(id(k, t));
+            addOp(info, k, std::move(i2), std::move(o2));
+        }
+    }
+    P.finalize();
+    // Lineage: each record repeats as its mode says.
+    for (auto& rec : out.lineage) {
+        auto mapCopy = [&](const std::vector<LineageTerm>& c, std::int32_t k) {
+            auto r = c;
+            for (auto& t : r) t.tensor = id(k, t.tensor);
+            return r;
+        };
+        std::vector<LineageSlice> slices;
+        const auto& full = out.shape(out.logical, rec.logical);
+        for (const auto& s : rec.slices) {
+            if (rec.replicas == ReplicaMode::Split) continue;
+            LineageSlice ns;
+            ns.box = s.box;
+            for (const auto& c : s.copies) {
+                if (rec.replicas == ReplicaMode::Sum) {
+                    std::vector<LineageTerm> sum;
+                    for (std::int32_t k = 0; k < D; ++k)
+                        for (auto& t : mapCopy(c, k)) sum.push_back(t);
+                    ns.copies.push_back(std::move(sum));
+                } else {
+                    for (std::int32_t k = 0; k < D; ++k) ns.copies.push_back(mapCopy(c, k));
+                }
+            }
+            slices.push_back(std::move(ns));
+        }
+        if (rec.replicas == ReplicaMode::Split) {
+            const auto d = static_cast<std::size_t>(rec.splitDim);
+            const auto step = full[d] / D;
+            for (std::int32_t k = 0; k < D; ++k)
+                for (const auto& s : rec.slices) {
+                    LineageSlice ns;
+                    ns.box = s.box;
+                    ns.box.lo[d] += k * step;
+                    ns.box.hi[d] += k * step;
+                    for (const auto& c : s.copies) ns.copies.push_back(mapCopy(c, k));
+                    slices.push_back(std::move(ns));
+                }
+        }
+        rec.slices = std::move(slices);
+        rec.replicas = ReplicaMode::None;
+        rec.splitDim = -1;
+    }
+    return out;
+}
+
 }  // namespace tv

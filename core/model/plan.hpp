@@ -93,6 +93,9 @@ struct OpInfo {
     std::uint32_t firstInput = 0, numInputs = 0;
     std::uint32_t firstOutput = 0, numOutputs = 0;
     AttrId attrs = kNone;
+    /// In a plan stored with replicas: a collective whose group spans every data-parallel
+    /// replica (the gradient reducer); its listed group, inputs and outputs are replica 0's.
+    bool acrossReplicas = false;
 };
 
 /// One dataflow graph. Ops are stored in file order; topoOrder() is computed at load.
@@ -158,11 +161,29 @@ struct LineageSlice {
     std::vector<std::vector<LineageTerm>> copies;  ///< equal copies, each a sum of terms
 };
 
+/// How a lineage record of a plan stored with replicas repeats across data-parallel replicas.
+enum class ReplicaMode : std::uint8_t {
+    None,    ///< a plan without replicas
+    Copies,  ///< every replica holds equal copies (weights, reduced gradients)
+    Sum,     ///< the replicas' terms add up (gradients before the data-parallel reduction)
+    Split,   ///< each replica holds its own part along splitDim (the batch)
+};
+
 /// Ts[slice] == sum(coeff * Tp) for every copy of every slice. A logical tensor may have several
 /// records (versions), e.g. partial sums before an all-reduce and replicas after it.
 struct LineageRecord {
     TensorId logical = kNone;
     std::vector<LineageSlice> slices;
+    ReplicaMode replicas = ReplicaMode::None;
+    std::int32_t splitDim = -1;  ///< ReplicaMode::Split: replica k's slices are replica 0's shifted by k * extent/degree
+};
+
+/// A plan stored with replicas lists one data-parallel replica (the ranks with dp = 0); replica k
+/// runs the same program on ranks r + k * ranksPerReplica.
+struct Replication {
+    std::int32_t degree = 1;
+    std::int32_t ranksPerReplica = 0;
+    bool active() const { return degree > 1; }
 };
 
 struct Mesh {
@@ -187,6 +208,7 @@ public:
     std::int32_t microbatches = 1;
     std::vector<RankInfo> ranks;
     std::vector<LineageRecord> lineage;
+    Replication replication;  ///< active: the parallel graph and lineage hold replica 0 only
 
     ShapeId internShape(const Shape& s);
     AttrId internAttrs(const nlohmann::json& a);
@@ -205,5 +227,9 @@ private:
     std::unordered_map<std::string, AttrId> attrIds_;
     std::unordered_map<std::string, std::uint32_t> groupIds_;
 };
+
+/// The plan with every data-parallel replica written out (names of replica k >= 1 get the suffix
+/// "~dp<k>"); the same plan when it has no replicas. The verifier works on this form.
+Plan expandReplicas(const Plan& plan);
 
 }  // namespace tv

@@ -42,7 +42,11 @@ using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 }  // namespace
 
-VerificationRun::VerificationRun(const Plan& plan, VerifyOptions opts) : plan_(plan), opts_(std::move(opts)) {}
+// A plan stored with replicas is verified written out: every replica's ops and lineage.
+VerificationRun::VerificationRun(const Plan& plan, VerifyOptions opts)
+    : expanded_(plan.replication.active() ? std::make_unique<const Plan>(expandReplicas(plan)) : nullptr),
+      plan_(expanded_ ? *expanded_ : plan),
+      opts_(std::move(opts)) {}
 
 void VerificationRun::cancel() {
     cancelled_.store(true);

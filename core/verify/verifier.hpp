@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -63,6 +64,7 @@ public:
     bool cancelled() const { return cancelled_.load(); }
 
 private:
+    std::unique_ptr<const Plan> expanded_;  ///< a plan stored with replicas, written out
     const Plan& plan_;
     VerifyOptions opts_;
     std::atomic<bool> cancelled_{false};
