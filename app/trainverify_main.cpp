@@ -310,22 +310,32 @@ int cmdGenerate(const std::vector<std::string>& args) {
         return 3;
     }
     auto t0 = std::chrono::steady_clock::now();
-    auto plan = tv::gen::generatePlan(o);
-    auto text = plan.dump(1);
+    auto doc = tv::gen::generatePlan(o);
+    // Everything written goes through the validating reader and the canonical writer.
+    auto read = tv::readPlanJson(doc);
+    if (!read.ok()) {
+        std::fprintf(stderr, "trainverify: internal error: the generated plan is invalid:\n");
+        for (const auto& p : read.problems) std::fprintf(stderr, "  %s\n", p.toString().c_str());
+        return 3;
+    }
+    doc = nlohmann::json();
+    const auto& plan = *read.plan;
+    auto text = tv::writePlanText(plan);
     if (outPath == "-") {
-        std::cout << text << "\n";
+        std::cout << text;
     } else {
         std::ofstream f(outPath, std::ios::binary);
-        if (!f || !(f << text << "\n") || !f.flush()) {
+        if (!f || !(f << text) || !f.flush()) {
             std::fprintf(stderr, "trainverify: cannot write %s: %s\n", outPath.c_str(), std::strerror(errno));
             return 3;
         }
     }
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (outPath != "-")
-        std::fprintf(stderr, "generated %s: %zu logical ops, %zu parallel ops, %zu lineage records, %.1f MB in %.2f s\n",
-                     outPath.c_str(), plan["logical"]["ops"].size(), plan["parallel"]["ops"].size(), plan["lineage"].size(),
-                     static_cast<double>(text.size()) / 1e6, secs);
+        std::fprintf(stderr, "generated %s: %zu logical ops, %zu parallel ops%s, %zu lineage records, %.1f MB in %.2f s\n",
+                     outPath.c_str(), plan.logical.ops.size(), plan.parallel.ops.size(),
+                     plan.replication.active() ? (" (one replica of " + std::to_string(plan.replication.degree) + ")").c_str() : "",
+                     plan.lineage.size(), static_cast<double>(text.size()) / 1e6, secs);
     if (verifyAfter) {
         if (outPath == "-") return usageError("--verify needs -o FILE");
         return cmdVerify({outPath});

@@ -73,7 +73,19 @@ private slots:
         const char* tp = "mlp-tp2.json";
         const char* dp = "mlp-dp2.json";
         row("wrong format", tp, [](json& j) { j["format"] = "onnx"; }, "/format", "expected \"trainverify-plan\"");
-        row("future version", tp, [](json& j) { j["version"] = 2; }, "/version", "unsupported version 2");
+        row("future version", tp, [](json& j) { j["version"] = 3; }, "/version", "unsupported version 3");
+        // Version 2: data-parallel replicas stored once.
+        const char* rp = "mlp-dp2-tp2-replicas.json";
+        row("replicas in version 1", rp, [](json& j) { j["version"] = 1; }, "/parallel/replicas", "needs \"version\": 2");
+        row("replicas along tp", rp, [](json& j) { j["parallel"]["replicas"]["axis"] = "tp"; }, "/parallel/replicas/axis", "repeat along \"dp\"");
+        row("replicas without dp", rp, [](json& j) { j["parallel"]["mesh"].erase("dp"); j["parallel"].erase("ranks"); }, "/parallel/replicas", "dp of 2 or more");
+        row("record without a replica mode", rp, [](json& j) { j["lineage"][1].erase("replicas"); }, "/lineage/1", "every record says how it repeats");
+        row("unknown replica mode", rp, [](json& j) { j["lineage"][1]["replicas"] = "twice"; }, "/lineage/1/replicas", "replicas must be");
+        row("split along a missing dim", rp, [](json& j) { j["lineage"][0]["replicas"] = json{{"split_dim", 5}}; }, "/lineage/0/replicas/split_dim", "not a dim");
+        row("split slices cover every replica", rp, [](json& j) { j["lineage"][1]["replicas"] = json{{"split_dim", 0}}; }, "/lineage/1/slices/1/box/0", "out of bounds for dim 0 of size 16");
+        row("across replicas on a local op", rp, [](json& j) { j["parallel"]["ops"][0]["across_replicas"] = true; }, "/parallel/ops/0/across_replicas", "only collectives");
+        row("stored tensor on replica 1", rp, [](json& j) { j["parallel"]["tensors"][0]["rank"] = 2; }, "/parallel/tensors/0/rank", "must be in [0, 1]");
+        row("replica mode without replicas", tp, [](json& j) { j["lineage"][0]["replicas"] = "copies"; }, "/lineage/0/replicas", "for plans stored with replicas");
         row("unknown top-level key", tp, [](json& j) { j["extra"] = 1; }, "/extra", "unknown top-level key");
         row("unknown op", tp, [](json& j) { j["logical"]["ops"][0]["op"] = "linearr"; }, "/logical/ops/0/op", "unknown op \"linearr\"");
         row("wrong arity", tp, [](json& j) { j["logical"]["ops"][1]["inputs"].push_back("x"); }, "/logical/ops/1", "relu takes 1 inputs");

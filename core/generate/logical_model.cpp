@@ -9,15 +9,15 @@ namespace tv::gen {
 
 using json = nlohmann::json;
 
-std::string LogicalModel::fresh(const std::string& base) {
-    auto& n = useCount_[base];
+std::string LogicalModel::fresh(std::unordered_map<std::string, int>& used, const std::string& base) {
+    auto& n = used[base];
     ++n;
     return n == 1 ? base : base + "." + std::to_string(n);
 }
 
 int LogicalModel::input(const std::string& name, Shape shape, Role role, DType dtype) {
     LTensor t;
-    t.name = fresh(name);
+    t.name = freshTensor(name);
     t.shape = std::move(shape);
     t.role = role;
     t.dtype = dtype;
@@ -47,7 +47,7 @@ std::vector<int> LogicalModel::op(const std::string& kind, const std::string& na
     if (auto err = checkOp(reg.spec(*k), attrs, inShapes, outShapes, types); !err.empty())
         throw std::logic_error("generator: op " + name + " (" + kind + "): " + err);
     LOp o;
-    o.name = fresh(name);
+    o.name = freshOp(name);
     o.kind = kind;
     o.attrs = std::move(attrs);
     o.inputs = std::move(ins);
@@ -57,7 +57,7 @@ std::vector<int> LogicalModel::op(const std::string& kind, const std::string& na
     for (std::size_t j = 0; j < outShapes.size(); ++j) {
         LTensor t;
         t.name = outShapes.size() == 1 ? o.name : o.name + "." + std::to_string(j);
-        t.name = fresh(t.name);
+        t.name = freshTensor(t.name);
         t.shape = std::move(outShapes[j]);
         t.role = phase == Phase::Forward ? Role::Activation : phase == Phase::Backward ? Role::Gradient : Role::Weight;
         t.producer = id;

@@ -69,12 +69,13 @@ public:
     int layer = kEmbeddingLayer;
     Phase phase = Phase::Forward;
 
-    /// A name not yet used for a tensor or op, starting from `base`.
-    std::string fresh(const std::string& base);
+    /// A tensor (or op) name not yet used, starting from `base`.
+    std::string freshTensor(const std::string& base) { return fresh(tensorNames_, base); }
+    std::string freshOp(const std::string& base) { return fresh(opNames_, base); }
 
 private:
-    std::vector<std::string> used_;
-    std::unordered_map<std::string, int> useCount_;
+    static std::string fresh(std::unordered_map<std::string, int>& used, const std::string& base);
+    std::unordered_map<std::string, int> tensorNames_, opNames_;
 };
 
 /// Appends the backward pass (reverse-mode autodiff with the registry's VJP rules) from

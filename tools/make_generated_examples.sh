@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Regenerates the bundled examples that come from `trainverify generate` (the hand-written ones
+# come from tools/make_examples.py). Run from the source tree after building (preset dev).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tv=build/app/trainverify
+out=resources/examples
+# Llama 3 (one block, GQA, RoPE, SwiGLU) under Megatron tensor + sequence parallelism.
+$tv generate --model llama3 --layers 1 --tp 2 --sp -o $out/llama3-tp2-sp.json
+# A data-parallel plan stored once for both replicas (plan format 2), with tensor parallelism.
+$tv generate --model mlp --layers 2 --hidden 16 --ffn 32 --vocab 8 --dp 2 --tp 2 -o $out/mlp-dp2-tp2-replicas.json
+# GPT-2 (LayerNorm, GELU, learned positions, tied embeddings) over two pipeline stages, 1F1B.
+$tv generate --model gpt2 --layers 2 --hidden 32 --heads 2 --ffn 64 --vocab 64 --seq 8 --pp 2 --microbatches 2 -o $out/gpt2-pp2.json
