@@ -187,6 +187,11 @@ Plan expandReplicas(const Plan& plan) {
         return k == 0 ? base : base + "~dp" + std::to_string(k);
     };
     P.tensors.reserve(static_cast<std::size_t>(nt) * D);
+    P.ops.reserve(T.ops.size() * static_cast<std::size_t>(D));
+    P.operands.reserve(T.operands.size() * static_cast<std::size_t>(D));
+    P.tensorByName.reserve(static_cast<std::size_t>(nt) * D);
+    P.opByName.reserve(T.ops.size() * static_cast<std::size_t>(D));
+    out.names.reserve(plan.names.size() + (static_cast<std::size_t>(nt) + T.ops.size()) * static_cast<std::size_t>(D));
     for (std::int32_t k = 0; k < D; ++k)
         for (TensorId t = 0; t < nt; ++t) {
             auto info = T.tensors[t];

@@ -42,6 +42,10 @@ public:
     NameId find(std::string_view s) const;
     const std::string& str(NameId id) const { return strings_[id]; }
     std::size_t size() const { return strings_.size(); }
+    void reserve(std::size_t n) {
+        strings_.reserve(n);
+        ids_.reserve(n);
+    }
 
 private:
     struct Hash {

@@ -26,7 +26,7 @@ std::string_view headline(Verdict v);            ///< "EQUIVALENT", "NOT EQUIVAL
 int exitCode(Verdict v);                          ///< 0, 1, 2, 3
 
 struct Timing {
-    double load = 0, cut = 0, check = 0;         ///< wall-clock seconds per phase
+    double load = 0, expand = 0, cut = 0, check = 0;  ///< wall-clock seconds per phase (expand: writing out replicas)
     double reduce = 0, encode = 0, solve = 0;    ///< summed over stages (CPU-ish seconds)
     double total = 0;
 };
@@ -64,6 +64,7 @@ public:
     bool cancelled() const { return cancelled_.load(); }
 
 private:
+    double expandSeconds_ = 0;
     std::unique_ptr<const Plan> expanded_;  ///< a plan stored with replicas, written out
     const Plan& plan_;
     VerifyOptions opts_;
