@@ -85,6 +85,14 @@ private slots:
         QTest::newRow("unknown option") << QStringList{"verify", example("mlp-tp2.json"), "--fast"} << "unknown option --fast";
         QTest::newRow("bad jobs") << QStringList{"verify", example("mlp-tp2.json"), "--jobs", "zero"} << "--jobs";
         QTest::newRow("no plan") << QStringList{"verify"} << "needs a plan file";
+        QTest::newRow("generate without -o") << QStringList{"generate", "--model", "llama3"} << "needs -o";
+        QTest::newRow("generate tp does not divide heads")
+            << QStringList{"generate", "--model", "llama3-8b", "--tp", "3", "-o", "/tmp/never-written.json"}
+            << "invalid configuration: tensor parallelism: tp 3 does not divide the 32 attention heads";
+        QTest::newRow("generate unknown model") << QStringList{"generate", "--model", "bert", "-o", "-"} << "unknown model \"bert\"";
+        QTest::newRow("generate bad degree") << QStringList{"generate", "--model", "llama3", "--dp", "two", "-o", "-"} << "--dp needs a whole number";
+        QTest::newRow("generate ep without experts") << QStringList{"generate", "--model", "llama3", "--ep", "2", "-o", "-"} << "needs a model with experts";
+        QTest::newRow("generate unknown option") << QStringList{"generate", "--model", "llama3", "--fsdp", "-o", "-"} << "unknown option --fsdp";
     }
     void badInput() {
         QFETCH(QStringList, args);
@@ -140,6 +148,27 @@ private slots:
         auto o = QJsonDocument::fromJson(j.out.toUtf8()).object();
         QCOMPARE(o["microbatches"].toInt(), 2);
         QCOMPARE(o["mesh"].toObject()["pp"].toInt(), 2);
+    }
+
+    // generate writes a plan that verifies, and --verify exits with the verdict's code.
+    void generateThenVerify() {
+        QTemporaryDir dir;
+        auto path = dir.filePath("llama3.json");
+        auto g = trainverify({"generate", "--model", "llama3", "--layers", "1", "--dp", "2", "--tp", "2", "-o", path});
+        QCOMPARE(g.exitCode, 0);
+        QVERIFY2(g.err.contains("one replica of 2"), qPrintable(g.err));
+        auto i = trainverify({"inspect", path, "--json"});
+        auto o = QJsonDocument::fromJson(i.out.toUtf8()).object();
+        QCOMPARE(o["stored"].toObject()["replicas"].toInt(), 2);
+        QVERIFY(o["parallel"].toObject()["ops"].toInt() > o["stored"].toObject()["parallel_ops"].toInt());
+        auto v = trainverify({"verify", path});
+        QCOMPARE(v.exitCode, 0);
+        QVERIFY2(v.out.startsWith("EQUIVALENT:"), qPrintable(v.out));
+        auto gv = trainverify({"generate", "--model", "gpt2", "--layers", "1", "--hidden", "32", "--heads", "2", "--ffn", "64",
+                               "--vocab", "64", "--seq", "8", "--pp", "1", "--format", "1", "-o", dir.filePath("gpt2.json"), "--verify"});
+        QCOMPARE(gv.exitCode, 0);
+        QVERIFY2(gv.out.startsWith("EQUIVALENT:"), qPrintable(gv.out));
+        QVERIFY(!QFile::exists(QStringLiteral("/tmp/never-written.json")));
     }
 
     void helpAndVersion() {

@@ -6,68 +6,46 @@ namespace tv::gen {
 
 using json = nlohmann::json;
 
+namespace {
+
+/// The presets, with the published hyper-parameters (GPT-2 small; Llama 3 8B, 70B, 405B).
+struct Preset {
+    const char* name;
+    const char* family;
+    std::int64_t layers, hidden, heads, kvHeads, ffn, vocab, seq;
+    bool tied;
+};
+constexpr Preset kPresets[] = {
+    {"mlp", "mlp", 4, 64, 1, 1, 256, 16, 1, false},
+    {"gpt2", "gpt2", 12, 768, 12, 12, 3072, 50257, 1024, true},
+    {"llama3", "llama3", 2, 64, 4, 2, 128, 256, 16, false},  // small, with every feature (GQA, RoPE, SwiGLU)
+    {"llama3-8b", "llama3", 32, 4096, 32, 8, 14336, 128256, 8192, false},
+    {"llama3-70b", "llama3", 80, 8192, 64, 8, 28672, 128256, 8192, false},
+    {"llama3-405b", "llama3", 126, 16384, 128, 8, 53248, 128256, 8192, false},
+};
+
+}  // namespace
+
 std::vector<std::string> presetNames() {
-    return {"mlp", "gpt2", "llama3", "llama3-8b", "llama3-70b", "llama3-405b"};
+    std::vector<std::string> names;
+    for (const auto& p : kPresets) names.emplace_back(p.name);
+    return names;
 }
 
 std::optional<ModelConfig> preset(const std::string& name) {
-    ModelConfig c;
-    c.preset = name;
-    if (name == "mlp") {
-        c.family = "mlp";
-        c.layers = 4;
-        c.hidden = 64;
-        c.ffn = 256;
-        c.vocab = 16;
-        c.heads = c.kvHeads = 1;
-        c.seq = 1;
-        return c;
-    }
-    if (name == "gpt2") {  // GPT-2 small (124M)
-        c.family = "gpt2";
-        c.layers = 12;
-        c.hidden = 768;
-        c.heads = c.kvHeads = 12;
-        c.ffn = 3072;
-        c.vocab = 50257;
-        c.seq = 1024;
-        c.tiedEmbeddings = true;
-        return c;
-    }
-    if (name == "llama3") {  // a small Llama 3 with every feature (GQA, RoPE, SwiGLU)
-        c.family = "llama3";
-        c.layers = 2;
-        c.hidden = 64;
-        c.heads = 4;
-        c.kvHeads = 2;
-        c.ffn = 128;
-        c.vocab = 256;
-        c.seq = 16;
-        return c;
-    }
-    c.family = "llama3";
-    c.vocab = 128256;
-    c.seq = 8192;
-    c.kvHeads = 8;
-    if (name == "llama3-8b") {
-        c.layers = 32;
-        c.hidden = 4096;
-        c.heads = 32;
-        c.ffn = 14336;
-        return c;
-    }
-    if (name == "llama3-70b") {
-        c.layers = 80;
-        c.hidden = 8192;
-        c.heads = 64;
-        c.ffn = 28672;
-        return c;
-    }
-    if (name == "llama3-405b") {
-        c.layers = 126;
-        c.hidden = 16384;
-        c.heads = 128;
-        c.ffn = 53248;
+    for (const auto& p : kPresets) {
+        if (name != p.name) continue;
+        ModelConfig c;
+        c.preset = name;
+        c.family = p.family;
+        c.layers = p.layers;
+        c.hidden = p.hidden;
+        c.heads = p.heads;
+        c.kvHeads = p.kvHeads;
+        c.ffn = p.ffn;
+        c.vocab = p.vocab;
+        c.seq = p.seq;
+        c.tiedEmbeddings = p.tied;
         return c;
     }
     return std::nullopt;
