@@ -385,7 +385,7 @@ private:
         bool backward = false;
     };
     std::vector<OpMeta> opMeta;  ///< per emitted op, for ordering by the schedule
-    std::unordered_set<std::string> usedNames;
+    std::unordered_set<std::string> usedTensorNames, usedOpNames;
 
     /// Replicas written out: all of them, or only replica 0 in a plan stored with replicas.
     int listedDp = 1;
@@ -417,13 +417,16 @@ private:
         return s;
     }
 
-    std::string uniqueName(const std::string& base) {
-        if (usedNames.insert(base).second) return base;
+    /// Tensor ids and op ids are separate name spaces in a plan file.
+    static std::string uniqueName(std::unordered_set<std::string>& used, const std::string& base) {
+        if (used.insert(base).second) return base;
         for (int n = 2;; ++n) {
             auto s = base + "." + std::to_string(n);
-            if (usedNames.insert(s).second) return s;
+            if (used.insert(s).second) return s;
         }
     }
+    std::string tensorName(const std::string& base) { return uniqueName(usedTensorNames, base); }
+    std::string opName(const std::string& base) { return uniqueName(usedOpNames, base); }
 
     std::string instanceSuffix(int m, int rank) const {
         return (m >= 0 ? ".mb" + std::to_string(m) : std::string()) + "@r" + std::to_string(rank);
@@ -442,7 +445,7 @@ private:
             for (int tpi = 0; tpi < C.tp; ++tpi) {
                 int rank = rankOf(laneK(p, l), stage, tpi);
                 int m = laneM(p, l);
-                auto name = uniqueName(base + instanceSuffix(m, rank));
+                auto name = tensorName(base + instanceSuffix(m, rank));
                 json j{{"id", name}, {"shape", shape}, {"role", std::string(toString(t.role))}, {"rank", rank}};
                 if (t.dtype == DType::Int) j["dtype"] = "int";
                 if (m >= 0) j["microbatch"] = m;
@@ -457,7 +460,7 @@ private:
 
     void emitLocal(const std::string& name, const std::string& kind, int rank, int m, Phase phase,
                    const std::vector<std::string>& ins, const std::vector<std::string>& outs, const json& attrs) {
-        json j{{"id", uniqueName(name)}, {"op", kind}, {"rank", rank}, {"phase", phaseName(phase)}, {"inputs", ins}, {"outputs", outs}};
+        json j{{"id", opName(name)}, {"op", kind}, {"rank", rank}, {"phase", phaseName(phase)}, {"inputs", ins}, {"outputs", outs}};
         if (m >= 0) j["microbatch"] = m;
         if (!attrs.empty()) j["attrs"] = attrs;
         pops.push_back(std::move(j));
@@ -467,7 +470,7 @@ private:
     void emitCollective(const std::string& name, const std::string& kind, const std::vector<int>& group, int m, int logical,
                         const std::vector<std::string>& ins, const std::vector<std::string>& outs, const json& attrs,
                         const json& extra = json::object()) {
-        json j{{"id", uniqueName(name)}, {"op", kind}, {"group", group}, {"inputs", ins}, {"outputs", outs}};
+        json j{{"id", opName(name)}, {"op", kind}, {"group", group}, {"inputs", ins}, {"outputs", outs}};
         for (auto it = extra.begin(); it != extra.end(); ++it) j[it.key()] = it.value();
         if (m >= 0) j["microbatch"] = m;
         if (!attrs.empty()) j["attrs"] = attrs;
@@ -537,7 +540,7 @@ private:
                 int rank = rankOf(kk, src.stage, t);
                 std::string cur = src.inst[static_cast<std::size_t>((kk * C.microbatches) * C.tp + t)];
                 for (int m = 1; m < C.microbatches; ++m) {
-                    auto out = uniqueName(name + ".accum" + std::to_string(m) + "@r" + std::to_string(rank));
+                    auto out = tensorName(name + ".accum" + std::to_string(m) + "@r" + std::to_string(rank));
                     ptensors.push_back(json{{"id", out}, {"shape", shape}, {"role", std::string(toString(lt(src.logical).role))}, {"rank", rank}});
                     emitLocal(name + ".accumulate" + std::to_string(m) + "@r" + std::to_string(rank), "add", rank, -1, Phase::Backward,
                               {cur, src.inst[static_cast<std::size_t>((kk * C.microbatches + m) * C.tp + t)]}, {out}, json::object());
