@@ -24,7 +24,7 @@ Usage:
   trainverify generate --model MODEL [--dp N] [--tp N] [--pp N] [--microbatches N] [--sp]
                        [--schedule 1f1b|gpipe] [--layers N] [--global-batch N] [--optimizer adamw|sgd]
                        [--hidden N] [--heads N] [--kv-heads N] [--ffn N] [--vocab N] [--seq N]
-                       [--format 1|2] [--verify] -o PLAN.json
+                       [--clip-grad NORM] [--format 1|2] [--verify] -o PLAN.json
   trainverify ops
   trainverify --help | --version
 
@@ -45,6 +45,7 @@ generate Writes one whole training step (forward, backward, gradient reduction, 
          the size options override the preset. --ep, --cp and --zero are recognised and
          rejected: the generator does not build them yet. --verify verifies the written plan.
          --format 2 (the default) stores data-parallel replicas once; 1 writes each out.
+         --clip-grad NORM clips the gradients to a global norm before the update.
 ops      Lists the operators the registry knows.
 
 Exit codes: 0 equivalent, 1 not equivalent, 2 inconclusive, 3 invalid input or usage.
@@ -284,6 +285,10 @@ int cmdGenerate(const std::vector<std::string>& args) {
             if (!count("--format", n)) return 3;
             if (n != 1 && n != 2) return usageError("--format must be 1 or 2");
             o.format = static_cast<int>(n);
+        } else if (a == "--clip-grad") {
+            auto* v = value();
+            if (!v) return usageError("--clip-grad needs a norm, e.g. 1.0");
+            o.clipGrad = *v;
         } else if (a == "--sp") o.sequenceParallel = true;
         else if (a == "--verify") verifyAfter = true;
         else if (a == "--schedule") {

@@ -73,6 +73,7 @@ private slots:
             row("pp2 nm4 gpipe", [](Options& o) { o.pp = 2; o.microbatches = 4; o.schedule = "gpipe"; });
             row("dp2 tp2 pp2 nm2", [](Options& o) { o.dp = o.tp = o.pp = o.microbatches = 2; });
             row("sgd", [](Options& o) { o.tp = 2; o.optimizer = "sgd"; });
+            row("dp2 tp2 pp2 nm2 clipped", [](Options& o) { o.dp = o.tp = o.pp = o.microbatches = 2; o.clipGrad = "1"; });
             if (std::string(model) != "mlp") {
                 row("tp2 sp", [](Options& o) { o.tp = 2; o.sequenceParallel = true; });
                 row("dp2 tp2 pp2 nm2 sp", [](Options& o) { o.dp = o.tp = o.pp = o.microbatches = 2; o.sequenceParallel = true; });
@@ -186,6 +187,7 @@ private slots:
         row("cp", with(small("llama3"), [](Options& o) { o.cp = 2; }), "context parallelism");
         row("zero", with(small("llama3"), [](Options& o) { o.zero = 1; }), "ZeRO");
         row("odd head dim", with(small("llama3"), [](Options& o) { o.hidden = 12; o.heads = 4; o.kvHeads = 4; }), "must be even");
+        row("clip not positive", with(small("llama3"), [](Options& o) { o.clipGrad = "-1"; }), "--clip-grad needs a positive number");
         row("bad schedule", with(small("llama3"), [](Options& o) { o.schedule = "zigzag"; }), "--schedule must be");
         row("vocab", with(small("llama3"), [](Options& o) { o.tp = 2; o.vocab = 255; }), "does not divide the vocabulary of 255");
     }

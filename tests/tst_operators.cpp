@@ -30,6 +30,7 @@ std::vector<OpCase> cases() {
         {"add_scalar", {{2, 3}}, {{2, 3}}, {{"value", "3/2"}}},
         {"mul_scalar", {{2, 3}}, {{2, 3}}, {{"value", -2}}},
         {"div_sqrt", {{2, 3}}, {{2, 3}}, {{"n", 128}}},
+        {"clip_coeff", {{2, 3}}, {{2, 3}}, {{"max_norm", "1/2"}}, true},
         {"pow", {{2, 3}}, {{2, 3}}, {{"exponent", 3}}},
         {"pow", {{2, 3}}, {{2, 3}}, {{"exponent", "1/2"}}, true},
         {"pow", {{2, 2}}, {{2, 2}}, {{"exponent", -2}}},

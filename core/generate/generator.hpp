@@ -22,6 +22,7 @@ struct GenerateOptions {
     std::string schedule = "1f1b";
     std::optional<std::int64_t> globalBatch;  ///< default: one sequence per microbatch per replica
     std::string optimizer = "adamw";
+    std::string clipGrad;  ///< global-norm gradient clipping to this norm (a number); empty: none
     /// Plan format: 2 stores data-parallel replicas once (the default); 1 writes every replica out.
     int format = 2;
 };

@@ -170,8 +170,34 @@ void appendOptimizer(LogicalModel& m, const std::vector<int>& grads, const Optim
                 used[static_cast<std::size_t>(in)] = true;
                 firstUseLayer[static_cast<std::size_t>(in)] = o.layer;
             }
+    std::vector<int> clipped = grads;
+    if (!cfg.clipNorm.empty()) {
+        // total_norm = sqrt(sum of every gradient's squares); each gradient times
+        // min(1, max_norm / (total_norm + eps)).
+        int total = -1;
+        for (std::size_t i = 0; i < m.weights.size(); ++i) {
+            int g = grads[i];
+            if (g < 0) continue;
+            m.layer = firstUseLayer[static_cast<std::size_t>(m.weights[i])];
+            const auto& name = m.tensors[static_cast<std::size_t>(m.weights[i])].name;
+            int sq = m.op1("mul", "clip." + name + ".square", {g, g}, json::object(), m.shape(g));
+            int s = m.op1("sum", "clip." + name + ".sum", {sq}, json::object(), Shape{});
+            total = total < 0 ? s : m.op1("add", "clip.total", {total, s}, json::object(), Shape{});
+        }
+        if (total >= 0) {
+            m.layer = m.headLayer;
+            int norm = m.op1("sqrt", "clip.norm", {total}, json::object(), Shape{});
+            int coeff = m.op1("clip_coeff", "clip.coeff", {norm}, json{{"max_norm", cfg.clipNorm}}, Shape{});
+            for (std::size_t i = 0; i < m.weights.size(); ++i) {
+                if (grads[i] < 0) continue;
+                m.layer = firstUseLayer[static_cast<std::size_t>(m.weights[i])];
+                const auto& name = m.tensors[static_cast<std::size_t>(m.weights[i])].name;
+                clipped[i] = m.op1("mul", "clip." + name, {grads[i], coeff}, json::object(), m.shape(grads[i]));
+            }
+        }
+    }
     for (std::size_t i = 0; i < m.weights.size(); ++i) {
-        int w = m.weights[i], g = grads[i];
+        int w = m.weights[i], g = clipped[i];
         if (g < 0) continue;
         const auto name = m.tensors[static_cast<std::size_t>(w)].name;
         const auto shape = m.shape(w);

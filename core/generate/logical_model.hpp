@@ -85,6 +85,9 @@ std::vector<int> appendBackward(LogicalModel& model);
 
 struct OptimizerConfig {
     std::string kind = "adamw";  ///< "adamw" or "sgd"
+    /// Global-norm gradient clipping (torch.nn.utils.clip_grad_norm_) to this norm, a rational
+    /// string; empty: no clipping.
+    std::string clipNorm;
 };
 
 /// Appends the optimizer update of every weight that has a gradient.

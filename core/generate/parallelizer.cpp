@@ -18,7 +18,10 @@ namespace {
 
 // ----- placements ------------------------------------------------------------------------------
 
-enum class St : std::uint8_t { Rep, Shard, Partial };
+/// Rep: every member holds it whole; Shard: split along dim; Partial: members' values add up.
+/// DpShard (lane axis only, ZeRO): each data-parallel replica holds its part along dim, shared by
+/// its microbatches.
+enum class St : std::uint8_t { Rep, Shard, Partial, DpShard };
 
 struct AxisState {
     St st = St::Rep;
@@ -27,6 +30,7 @@ struct AxisState {
     static AxisState rep() { return {}; }
     static AxisState shard(int d) { return {St::Shard, d}; }
     static AxisState partial() { return {St::Partial, -1}; }
+    static AxisState dpShard(int d) { return {St::DpShard, d}; }
 };
 
 struct Placement {
@@ -123,7 +127,7 @@ OpDims opDims(const LOp& op, const std::vector<Shape>& in, const std::vector<Sha
     static const std::set<std::string> kElementwise = {
         "add", "sub", "mul", "div", "add_scalar", "mul_scalar", "div_sqrt", "pow", "neg", "exp", "log", "sqrt", "rsqrt",
         "sigmoid", "tanh", "erf", "relu", "silu", "gelu", "identity", "relu_backward", "sigmoid_backward",
-        "tanh_backward", "silu_backward", "gelu_backward", "erf_backward", "dropout", "sgd", "adamw", "zeros_like"};
+        "tanh_backward", "silu_backward", "gelu_backward", "erf_backward", "dropout", "sgd", "adamw", "zeros_like", "clip_coeff"};
     if (kElementwise.count(k)) return elementwise(in, out);
     OpDims d;
     if (k == "linear") {
@@ -394,9 +398,11 @@ private:
     bool laneAxis() const { return L > 1; }
     bool tpAxis() const { return C.tp > 1; }
     int rankOf(int k, int s, int t) const { return (k * C.pp + s) * C.tp + t; }
-    int lanes(const Placement& p) const { return p.lane.st == St::Rep ? listedDp : listedDp * C.microbatches; }
-    int laneK(const Placement& p, int l) const { return p.lane.st == St::Rep ? l : l / C.microbatches; }
-    int laneM(const Placement& p, int l) const { return p.lane.st == St::Rep ? -1 : l % C.microbatches; }
+    /// One instance per replica (shared by its microbatches), or one per lane.
+    static bool perReplica(const Placement& p) { return p.lane.st == St::Rep || p.lane.st == St::DpShard; }
+    int lanes(const Placement& p) const { return perReplica(p) ? listedDp : listedDp * C.microbatches; }
+    int laneK(const Placement& p, int l) const { return perReplica(p) ? l : l / C.microbatches; }
+    int laneM(const Placement& p, int l) const { return perReplica(p) ? -1 : l % C.microbatches; }
     int stageOf(int layer) const {
         if (layer < 0) return 0;
         if (layer >= M.headLayer) return C.pp - 1;
@@ -413,6 +419,7 @@ private:
     Shape localShape(int logical, const Placement& p) const {
         Shape s = lt(logical).shape;
         if (p.lane.st == St::Shard) s[static_cast<std::size_t>(p.lane.dim)] /= L;
+        if (p.lane.st == St::DpShard) s[static_cast<std::size_t>(p.lane.dim)] /= C.dp;
         if (p.tp.st == St::Shard) s[static_cast<std::size_t>(p.tp.dim)] /= C.tp;
         return s;
     }
@@ -885,12 +892,12 @@ void Parallelizer::processOp(int opIndex) {
             std::vector<std::string> ins, outs;
             for (std::size_t i = 0; i < nin; ++i) {
                 const auto& v = versions[static_cast<std::size_t>(in[i])];
-                int li = v.pl.lane.st == St::Rep ? kk : l;
+                int li = perReplica(v.pl) ? kk : l;
                 ins.push_back(v.inst[static_cast<std::size_t>(li * C.tp + t)]);
             }
             for (std::size_t j = 0; j < nout; ++j) {
                 const auto& v = versions[static_cast<std::size_t>(outV[j])];
-                int li = v.pl.lane.st == St::Rep ? kk : l;
+                int li = perReplica(v.pl) ? kk : l;
                 outs.push_back(v.inst[static_cast<std::size_t>(li * C.tp + t)]);
             }
             emitLocal(op.name + instanceSuffix(m, rank), op.kind, rank, m, op.phase, ins, outs, op.attrs);

@@ -218,6 +218,10 @@ TV_UNARY(FSigmoid, return alg.sigmoid(x);)
 TV_UNARY(FTanh, return alg.tanh(x);)
 TV_UNARY(FErf, return alg.erf(x);)
 TV_UNARY(FRelu, return alg.ite(alg.gt(x, alg.zero()), x, alg.zero());)
+// Global-norm gradient clipping's factor, as torch.nn.utils.clip_grad_norm_ computes it:
+// min(1, max_norm / (norm + eps)).
+TV_UNARY(FClipCoeff, auto r = alg.div(alg.num(attrRat(attrs, "max_norm")), alg.add(x, alg.num(attrRat(attrs, "eps", Rational(1, 1000000)))));
+         return alg.ite(alg.ge(r, alg.one()), alg.one(), r);)
 TV_UNARY(FSilu, return alg.mul(x, alg.sigmoid(x));)
 TV_UNARY(FGelu, return alg.mul(alg.mul(alg.num(Rational(1, 2)), x),
                                alg.add(alg.one(), alg.erf(alg.mul(x, alg.rsqrt(alg.num(2))))));)
@@ -1662,7 +1666,7 @@ std::string checkAttrTypes(const json& a, std::size_t rank) {
     return {};
 }
 std::string checkRationalAttrs(const json& a, std::size_t, std::size_t) {
-    for (const char* k : {"value", "exponent", "eps", "p", "lr", "beta1", "beta2", "weight_decay"})
+    for (const char* k : {"value", "exponent", "eps", "p", "lr", "beta1", "beta2", "weight_decay", "max_norm"})
         if (a.contains(k) && !ratOf(a[k])) return std::string("attribute ") + k + " must be a number or a rational string";
     if (a.contains("p")) {
         auto p = *ratOf(a["p"]);
@@ -1752,6 +1756,16 @@ OpRegistry::OpRegistry() {
     unary("tanh", FTanh{}, vjpUnaryBackward<kTanhBw>, "tanh(x) (uninterpreted)");
     unary("erf", FErf{}, vjpUnaryBackward<kErfBw>, "erf(x) (uninterpreted)");
     unary("relu", FRelu{}, vjpUnaryBackward<kReluBw>, "max(x, 0)");
+    {
+        unary("clip_coeff", FClipCoeff{}, nullptr, "min(1, max_norm / (x + eps)): the gradient clipping factor of a global norm x",
+              {"max_norm"});
+        specs_.back().optionalAttrs = {"eps"};
+        specs_.back().checkAttrs = [](const json& a, std::size_t, std::size_t) -> std::string {
+            if (!(Rational(0) < *ratOf(a.at("max_norm")))) return "attribute max_norm must be positive";
+            if (a.contains("eps") && *ratOf(a.at("eps")) < Rational(0)) return "attribute eps must not be negative";
+            return {};
+        };
+    }
     unary("silu", FSilu{}, vjpUnaryBackward<kSiluBw>, "x * sigmoid(x)");
     unary("gelu", FGelu{}, vjpUnaryBackward<kGeluBw>, "x/2 * (1 + erf(x/sqrt(2)))");
     unary("identity", FIdentity{}, vjpPassThrough, "x (a local copy)");
