@@ -73,6 +73,10 @@ private slots:
             row("pp2 nm4 gpipe", [](Options& o) { o.pp = 2; o.microbatches = 4; o.schedule = "gpipe"; });
             row("dp2 tp2 pp2 nm2", [](Options& o) { o.dp = o.tp = o.pp = o.microbatches = 2; });
             row("sgd", [](Options& o) { o.tp = 2; o.optimizer = "sgd"; });
+            row("dp2 zero1", [](Options& o) { o.dp = 2; o.zero = 1; });
+            row("dp2 tp2 pp2 nm2 zero2", [](Options& o) { o.dp = o.tp = o.pp = o.microbatches = 2; o.zero = 2; });
+            row("dp2 tp2 zero3", [](Options& o) { o.dp = o.tp = 2; o.zero = 3; });
+            row("dp2 zero3 written out", [](Options& o) { o.dp = 2; o.zero = 3; o.format = 1; });
             row("dp2 tp2 pp2 nm2 clipped", [](Options& o) { o.dp = o.tp = o.pp = o.microbatches = 2; o.clipGrad = "1"; });
             if (std::string(model) != "mlp") {
                 row("tp2 sp", [](Options& o) { o.tp = 2; o.sequenceParallel = true; });
@@ -185,7 +189,7 @@ private slots:
         row("sp on mlp", with(small("mlp"), [](Options& o) { o.tp = 2; o.sequenceParallel = true; }), "no sequence dim");
         row("ep without experts", with(small("llama3"), [](Options& o) { o.ep = 2; }), "needs a model with experts");
         row("cp", with(small("llama3"), [](Options& o) { o.cp = 2; }), "context parallelism");
-        row("zero", with(small("llama3"), [](Options& o) { o.zero = 1; }), "ZeRO");
+        row("zero without dp", with(small("llama3"), [](Options& o) { o.zero = 1; }), "--zero 1 needs --dp 2 or more");
         row("odd head dim", with(small("llama3"), [](Options& o) { o.hidden = 12; o.heads = 4; o.kvHeads = 4; }), "must be even");
         row("clip not positive", with(small("llama3"), [](Options& o) { o.clipGrad = "-1"; }), "--clip-grad needs a positive number");
         row("bad schedule", with(small("llama3"), [](Options& o) { o.schedule = "zigzag"; }), "--schedule must be");

@@ -85,6 +85,11 @@ private slots:
         row("split slices cover every replica", rp, [](json& j) { j["lineage"][1]["replicas"] = json{{"split_dim", 0}}; }, "/lineage/1/slices/1/box/0", "out of bounds for dim 0 of size 16");
         row("across replicas on a local op", rp, [](json& j) { j["parallel"]["ops"][0]["across_replicas"] = true; }, "/parallel/ops/0/across_replicas", "only collectives");
         row("stored tensor on replica 1", rp, [](json& j) { j["parallel"]["tensors"][0]["rank"] = 2; }, "/parallel/tensors/0/rank", "must be in [0, 1]");
+        const char* z1 = "mlp-dp2-zero1.json";
+        row("replica index on a non-chunk", z1, [](json& j) { j["parallel"]["ops"][0]["index_from_replica"] = true; }, "/parallel/ops/0/index_from_replica", "for chunk ops");
+        row("replica index with other parts", z1, [](json& j) { j["parallel"]["ops"][23]["attrs"]["parts"] = 4; }, "/parallel/ops/23", "shape mismatch");
+        row("replica index not listed as 0", z1, [](json& j) { j["parallel"]["ops"][23]["attrs"]["index"] = 1; }, "/parallel/ops/23/index_from_replica", "listed with index 0");
+        row("replica index on a collective", z1, [](json& j) { j["parallel"]["ops"][43]["index_from_replica"] = true; }, "/parallel/ops/43/index_from_replica", "for chunk ops");
         row("replica mode without replicas", tp, [](json& j) { j["lineage"][0]["replicas"] = "copies"; }, "/lineage/0/replicas", "for plans stored with replicas");
         row("unknown top-level key", tp, [](json& j) { j["extra"] = 1; }, "/extra", "unknown top-level key");
         row("unknown op", tp, [](json& j) { j["logical"]["ops"][0]["op"] = "linearr"; }, "/logical/ops/0/op", "unknown op \"linearr\"");

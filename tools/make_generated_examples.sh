@@ -11,3 +11,5 @@ $tv generate --model llama3 --layers 1 --tp 2 --sp -o $out/llama3-tp2-sp.json
 $tv generate --model mlp --layers 2 --hidden 16 --ffn 32 --vocab 8 --dp 2 --tp 2 -o $out/mlp-dp2-tp2-replicas.json
 # GPT-2 (LayerNorm, GELU, learned positions, tied embeddings) over two pipeline stages, 1F1B.
 $tv generate --model gpt2 --layers 2 --hidden 32 --heads 2 --ffn 64 --vocab 64 --seq 8 --pp 2 --microbatches 2 -o $out/gpt2-pp2.json
+# ZeRO-1 over two replicas: optimizer state split over the replicas, stored once (plan format 2).
+$tv generate --model mlp --layers 2 --hidden 16 --ffn 32 --vocab 8 --dp 2 --zero 1 -o $out/mlp-dp2-zero1.json

@@ -466,8 +466,10 @@ private:
     }
 
     void emitLocal(const std::string& name, const std::string& kind, int rank, int m, Phase phase,
-                   const std::vector<std::string>& ins, const std::vector<std::string>& outs, const json& attrs) {
+                   const std::vector<std::string>& ins, const std::vector<std::string>& outs, const json& attrs,
+                   const json& extra = json::object()) {
         json j{{"id", opName(name)}, {"op", kind}, {"rank", rank}, {"phase", phaseName(phase)}, {"inputs", ins}, {"outputs", outs}};
+        for (auto it = extra.begin(); it != extra.end(); ++it) j[it.key()] = it.value();
         if (m >= 0) j["microbatch"] = m;
         if (!attrs.empty()) j["attrs"] = attrs;
         pops.push_back(std::move(j));
@@ -490,6 +492,10 @@ private:
         if (isData[static_cast<std::size_t>(t)] && laneAxis()) p.lane = AxisState::shard(M.batchDim);
         int d = M.placement[static_cast<std::size_t>(t)].tpShardDim;
         if (d >= 0 && tpAxis()) p.tp = AxisState::shard(d);
+        // ZeRO: optimizer state (and with ZeRO-3 the weights too) is split over the replicas.
+        const auto role = lt(t).role;
+        if (int z = zeroDim(t); z >= 0 && (role == Role::OptimizerState || (C.zero == 3 && role == Role::Weight)))
+            p.lane = AxisState::dpShard(z);
         return p;
     }
 
@@ -531,17 +537,20 @@ private:
 
     /// Data-parallel gradient reduction: accumulate the microbatches on each rank, then average
     /// over the data-parallel group.
-    int laneReduce(int vi) {
+    /// to Rep: a mean all-reduce over the replicas; to DpShard (ZeRO-2/3): a mean reduce-scatter.
+    int laneReduce(int vi, AxisState to = AxisState::rep()) {
         const Version src = versions[static_cast<std::size_t>(vi)];
         Placement p = src.pl;
-        p.lane = AxisState::rep();
+        p.lane = to;
         p.coeff = src.pl.coeff * Rational(C.dp);
         auto k = placementKey(src.logical, src.stage, p);
         if (auto it = cache.find(k); it != cache.end()) return it->second;
         const auto& name = lt(src.logical).name;
         // acc[k][t]: the sum over this replica's microbatches.
         std::vector<std::vector<std::string>> acc(static_cast<std::size_t>(listedDp), std::vector<std::string>(static_cast<std::size_t>(C.tp)));
-        const auto shape = localShape(src.logical, p);
+        Placement whole = p;
+        whole.lane = AxisState::rep();
+        const auto shape = localShape(src.logical, whole);
         for (int kk = 0; kk < listedDp; ++kk)
             for (int t = 0; t < C.tp; ++t) {
                 int rank = rankOf(kk, src.stage, t);
@@ -567,7 +576,8 @@ private:
             cache[k] = id;
             return id;
         }
-        int nv = newVersion(src.logical, src.stage, p, name + ".dp_reduced");
+        const bool scatter = to.st == St::DpShard;
+        int nv = newVersion(src.logical, src.stage, p, name + (scatter ? ".dp_scattered" : ".dp_reduced"));
         for (int t = 0; t < C.tp; ++t) {
             std::vector<int> group;
             std::vector<std::string> ins, outs;
@@ -578,10 +588,82 @@ private:
             }
             // Stored with replicas, the reducer lists replica 0's part of a group that spans them all.
             json extra = compact() ? json{{"across_replicas", true}} : json::object();
-            emitCollective(name + ".dp_allreduce@r" + std::to_string(group[0]), "all_reduce", group, -1, src.logical, ins, outs,
-                           json{{"reduce", "mean"}}, extra);
+            if (scatter)
+                emitCollective(name + ".dp_reduce_scatter@r" + std::to_string(group[0]), "reduce_scatter", group, -1, src.logical, ins,
+                               outs, json{{"dim", to.dim}, {"reduce", "mean"}}, extra);
+            else
+                emitCollective(name + ".dp_allreduce@r" + std::to_string(group[0]), "all_reduce", group, -1, src.logical, ins, outs,
+                               json{{"reduce", "mean"}}, extra);
         }
         return nv;
+    }
+
+    /// ZeRO: each replica takes its part of a replicated tensor (a local chunk indexed by replica).
+    int dpChunk(int vi, int dim) {
+        const Version src = versions[static_cast<std::size_t>(vi)];
+        Placement p = src.pl;
+        p.lane = AxisState::dpShard(dim);
+        auto k = placementKey(src.logical, src.stage, p);
+        if (auto it = cache.find(k); it != cache.end()) return it->second;
+        const auto& name = lt(src.logical).name;
+        int nv = newVersion(src.logical, src.stage, p, name + ".dp_part");
+        for (int kk = 0; kk < listedDp; ++kk)
+            for (int t = 0; t < C.tp; ++t) {
+                int rank = rankOf(kk, src.stage, t);
+                auto i = static_cast<std::size_t>(kk * C.tp + t);
+                json extra = compact() ? json{{"index_from_replica", true}} : json::object();
+                emitLocal(name + ".dp_chunk@r" + std::to_string(rank), "chunk", rank, -1, phaseOf(src.logical), {src.inst[i]},
+                          {versions[static_cast<std::size_t>(nv)].inst[i]}, json{{"dim", dim}, {"parts", C.dp}, {"index", kk}}, extra);
+            }
+        return nv;
+    }
+
+    /// ZeRO: the replicas' parts gathered back (an all-gather over the data-parallel group).
+    int dpGather(int vi) {
+        const Version src = versions[static_cast<std::size_t>(vi)];
+        Placement p = src.pl;
+        p.lane = AxisState::rep();
+        auto k = placementKey(src.logical, src.stage, p);
+        if (auto it = cache.find(k); it != cache.end()) return it->second;
+        const auto& name = lt(src.logical).name;
+        int nv = newVersion(src.logical, src.stage, p, name + ".dp_gathered");
+        for (int t = 0; t < C.tp; ++t) {
+            std::vector<int> group;
+            std::vector<std::string> ins, outs;
+            for (int kk = 0; kk < listedDp; ++kk) {
+                group.push_back(rankOf(kk, src.stage, t));
+                ins.push_back(src.inst[static_cast<std::size_t>(kk * C.tp + t)]);
+                outs.push_back(versions[static_cast<std::size_t>(nv)].inst[static_cast<std::size_t>(kk * C.tp + t)]);
+            }
+            json extra = compact() ? json{{"across_replicas", true}} : json::object();
+            emitCollective(name + ".dp_all_gather@r" + std::to_string(group[0]), "all_gather", group, -1, src.logical, ins, outs,
+                           json{{"dim", src.pl.lane.dim}}, extra);
+        }
+        return nv;
+    }
+
+    int convertLane(int vi, AxisState to) {
+        const auto from = versions[static_cast<std::size_t>(vi)].pl.lane;
+        if (from == to) return vi;
+        if (from.st == St::Partial && to.st == St::Rep) return laneReduce(vi);
+        if (from.st == St::Partial && to.st == St::DpShard)
+            return C.zero >= 2 ? laneReduce(vi, to) : dpChunk(laneReduce(vi), to.dim);  // ZeRO-1 all-reduces, then takes its part
+        if (from.st == St::Rep && to.st == St::DpShard) return dpChunk(vi, to.dim);
+        if (from.st == St::DpShard && to.st == St::Rep) return dpGather(vi);
+        if (from.st == St::DpShard && to.st == St::DpShard) return dpChunk(dpGather(vi), to.dim);
+        throw std::logic_error("generator: " + lt(versions[static_cast<std::size_t>(vi)].logical).name +
+                               " would have to change how the batch is split");
+    }
+
+    /// The dim ZeRO splits a weight (and its optimizer state) along: the first one tensor
+    /// parallelism does not split that divides by dp; -1 if none (it then stays replicated).
+    int zeroDim(int t) const {
+        if (C.zero == 0 || C.dp < 2) return -1;
+        const auto& s = lt(t).shape;
+        int td = tpAxis() ? M.placement[static_cast<std::size_t>(t)].tpShardDim : -1;
+        for (std::size_t d = 0; d < s.size(); ++d)
+            if (static_cast<int>(d) != td && s[d] % C.dp == 0) return static_cast<int>(d);
+        return -1;
     }
 
     /// Changes the tp placement of a version (on its stage), with the collective or local op it takes.
@@ -649,16 +731,7 @@ private:
         return nv;
     }
 
-    int convert(int vi, AxisState lane, AxisState tp) {
-        const auto& v = versions[static_cast<std::size_t>(vi)];
-        if (!(v.pl.lane == lane)) {
-            if (v.pl.lane.st == St::Partial && lane.st == St::Rep)
-                vi = laneReduce(vi);
-            else
-                throw std::logic_error("generator: " + lt(v.logical).name + " would have to change how the batch is split");
-        }
-        return tpConvert(vi, tp);
-    }
+    int convert(int vi, AxisState lane, AxisState tp) { return tpConvert(convertLane(vi, lane), tp); }
 
     static double tpCost(const AxisState& from, const AxisState& to, bool weight) {
         if (from == to) return 0;
@@ -732,10 +805,27 @@ void Parallelizer::processOp(int opIndex) {
                     throw std::logic_error("generator: op " + op.name + " reads inputs split along different batch dims");
                 laneLabel = l;
             }
+        // ZeRO: inputs split over the replicas (optimizer state) make the op run on each replica's part.
+        int zeroLabel = -1;
+        for (std::size_t i = 0; i < nin; ++i)
+            if (cur(i).lane.st == St::DpShard) {
+                int l = labelOf(dims.in[i], cur(i).lane.dim);
+                if (l >= 0 && !dims.labels[static_cast<std::size_t>(l)].noShard && zeroLabel < 0) zeroLabel = l;
+            }
         std::vector<std::size_t> partials;
         for (std::size_t i = 0; i < nin; ++i)
             if (cur(i).lane.st == St::Partial) partials.push_back(i);
-        if (laneLabel >= 0) {
+        if (laneLabel < 0 && zeroLabel >= 0) {
+            bool ok = true;
+            for (std::size_t j = 0; j < nout; ++j) ok = ok && dimOf(dims.out[j], zeroLabel) >= 0;
+            if (ok) {
+                for (std::size_t i = 0; i < nin; ++i) {
+                    int d = dimOf(dims.in[i], zeroLabel);
+                    laneIn[i] = d >= 0 ? AxisState::dpShard(d) : AxisState::rep();
+                }
+                for (std::size_t j = 0; j < nout; ++j) laneOut[j] = AxisState::dpShard(dimOf(dims.out[j], zeroLabel));
+            }
+        } else if (laneLabel >= 0) {
             for (std::size_t i = 0; i < nin; ++i) {
                 int d = dimOf(dims.in[i], laneLabel);
                 laneIn[i] = d >= 0 ? AxisState::shard(d) : AxisState::rep();
@@ -925,7 +1015,7 @@ json Parallelizer::lineage() const {
         }
         const auto& p = v0.pl;
         const auto& full = lt(v0.logical).shape;
-        const int laneSlices = p.lane.st == St::Shard ? listedDp * C.microbatches : 1;
+        const int laneSlices = p.lane.st == St::Shard ? listedDp * C.microbatches : p.lane.st == St::DpShard ? listedDp : 1;
         const int tpSlices = p.tp.st == St::Shard ? C.tp : 1;
         json slices = json::array();
         for (int ls = 0; ls < laneSlices; ++ls)
@@ -937,6 +1027,10 @@ json Parallelizer::lineage() const {
                         lo = full[d] / L * ls;
                         hi = lo + full[d] / L;
                     }
+                    if (p.lane.st == St::DpShard && p.lane.dim == static_cast<int>(d)) {
+                        lo = full[d] / C.dp * ls;
+                        hi = lo + full[d] / C.dp;
+                    }
                     if (p.tp.st == St::Shard && p.tp.dim == static_cast<int>(d)) {
                         lo = full[d] / C.tp * ts;
                         hi = lo + full[d] / C.tp;
@@ -945,7 +1039,7 @@ json Parallelizer::lineage() const {
                 }
                 // Which (lane, t) instances make copies (replicated axes) and which are summed (partial axes).
                 std::vector<int> copyLanes, termLanes, copyTp, termTp;
-                if (p.lane.st == St::Shard) copyLanes = {ls};
+                if (p.lane.st == St::Shard || p.lane.st == St::DpShard) copyLanes = {ls};
                 else if (p.lane.st == St::Rep) for (int l = 0; l < listedDp; ++l) copyLanes.push_back(l);
                 if (p.lane.st == St::Partial) { copyLanes = {-1}; for (int l = 0; l < listedDp * C.microbatches; ++l) termLanes.push_back(l); }
                 else termLanes = {-1};
@@ -974,7 +1068,7 @@ json Parallelizer::lineage() const {
         json rec{{"logical", lt(v0.logical).name}, {"slices", slices}};
         if (compact()) {
             // How the record repeats in the other replicas.
-            if (p.lane.st == St::Shard) rec["replicas"] = json{{"split_dim", p.lane.dim}};
+            if (p.lane.st == St::Shard || p.lane.st == St::DpShard) rec["replicas"] = json{{"split_dim", p.lane.dim}};
             else rec["replicas"] = p.lane.st == St::Partial ? "sum" : "copies";
         }
         records.push_back(std::move(rec));
@@ -1016,6 +1110,13 @@ json Parallelizer::run() {
     computeDesired();
     for (std::size_t i = 0; i < M.ops.size(); ++i)
         if (!M.ops[i].dead) processOp(static_cast<int>(i));
+    // ZeRO-1/2: every replica gathers the updated weights; ZeRO-3 keeps them split.
+    if (C.zero == 1 || C.zero == 2)
+        for (const auto& o : M.ops)
+            if (!o.dead && o.phase == Phase::Optimizer)
+                for (int t : o.outputs)
+                    if (lt(t).role == Role::Weight && versions[static_cast<std::size_t>(produced[static_cast<std::size_t>(t)])].pl.lane.st == St::DpShard)
+                        produced[static_cast<std::size_t>(t)] = dpGather(produced[static_cast<std::size_t>(t)]);
     orderBySchedule();
     json par{{"mesh", json::object()}, {"microbatches", C.microbatches}, {"tensors", ptensors}, {"ops", pops}};
     if (C.dp > 1) par["mesh"]["dp"] = C.dp;

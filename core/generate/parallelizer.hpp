@@ -29,6 +29,10 @@ struct ParallelConfig {
     /// Store data-parallel replication once (plan format version 2): list replica 0's ops and
     /// lineage, with the reducers marked as spanning every replica.
     bool compactReplicas = false;
+    /// ZeRO stage: 1 splits optimizer state over the replicas (gradients all-reduced, each replica
+    /// updates its part, weights all-gathered); 2 also reduce-scatters the gradients; 3 also keeps
+    /// the weights split, all-gathering them where they are used.
+    int zero = 0;
 };
 
 /// Returns the "logical", "parallel" and "lineage" members of a plan file (format version 1, or

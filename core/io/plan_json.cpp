@@ -337,7 +337,7 @@ private:
             std::int64_t mb = -1;
             if (intMember(o, "microbatch", path, mb, false, 0, plan_->microbatches - 1)) info.microbatch = static_cast<std::int32_t>(mb);
             for (auto it = o.begin(); it != o.end(); ++it) {
-                static const std::vector<std::string> known = {"id", "op", "inputs", "outputs", "attrs", "phase", "rank", "group", "microbatch", "across_replicas"};
+                static const std::vector<std::string> known = {"id", "op", "inputs", "outputs", "attrs", "phase", "rank", "group", "microbatch", "across_replicas", "index_from_replica"};
                 if (std::find(known.begin(), known.end(), it.key()) == known.end())
                     fail(path + "/" + it.key(), who + ": unknown op key \"" + it.key() + "\"");
             }
@@ -420,6 +420,8 @@ private:
                                                                         std::to_string(want));
                     }
                     info.group = plan_->internGroup(group);
+                    if (o.contains("index_from_replica"))
+                        fail(path + "/index_from_replica", who + ": index_from_replica is for chunk ops in a plan stored with replicas");
                     if (auto it = o.find("across_replicas"); it != o.end()) {
                         if (!it->is_boolean())
                             fail(path + "/across_replicas", who + ": across_replicas is true or false");
@@ -430,6 +432,21 @@ private:
                     }
                 } else {
                     if (o.contains("across_replicas")) fail(path + "/across_replicas", who + ": only collectives run across replicas");
+                    if (auto it = o.find("index_from_replica"); it != o.end()) {
+                        const auto D = plan_->replication.degree;
+                        if (!it->is_boolean())
+                            fail(path + "/index_from_replica", who + ": index_from_replica is true or false");
+                        else if (!it->get<bool>())
+                            ;
+                        else if (!plan_->replication.active() || spec.name != "chunk")
+                            fail(path + "/index_from_replica", who + ": index_from_replica is for chunk ops in a plan stored with replicas");
+                        else if (!attrs.contains("parts") || !attrs["parts"].is_number_integer() || attrs["parts"].get<std::int64_t>() != D ||
+                                 !attrs.contains("index") || !attrs["index"].is_number_integer() || attrs["index"].get<std::int64_t>() != 0)
+                            fail(path + "/index_from_replica", who + ": a chunk indexed by replica has parts " + std::to_string(D) +
+                                                                   " (the replicas) and is listed with index 0");
+                        else
+                            info.indexFromReplica = true;
+                    }
                     if (o.contains("group")) fail(path + "/group", who + ": only collectives have a \"group\"");
                     std::int64_t rank = -1;
                     if (!intMember(o, "rank", path, rank, true, 0, nranks - 1)) continue;
@@ -473,6 +490,18 @@ private:
                 inTypes.push_back(g.tensors[t].dtype);
             }
             for (auto t : outs) outShapes.push_back(plan_->shape(g, t));
+            // A collective across replicas lists replica 0's part: its shapes are checked over the
+            // whole group (every replica's operands have replica 0's shapes).
+            auto acrossIt = o.find("across_replicas");
+            if (spec.collective && plan_->replication.active() && acrossIt != o.end() && acrossIt->is_boolean() && acrossIt->get<bool>()) {
+                auto in1 = inShapes, out1 = outShapes;
+                auto ty1 = inTypes;
+                for (std::int32_t k = 1; k < plan_->replication.degree; ++k) {
+                    inShapes.insert(inShapes.end(), in1.begin(), in1.end());
+                    outShapes.insert(outShapes.end(), out1.begin(), out1.end());
+                    inTypes.insert(inTypes.end(), ty1.begin(), ty1.end());
+                }
+            }
             if (auto err = checkOp(spec, attrs, inShapes, outShapes, inTypes); !err.empty()) {
                 fail(path, who + " (" + std::string(spec.name) + "): " + err);
                 continue;
@@ -799,6 +828,7 @@ json writeGraph(const Plan& p, const Graph& g, bool parallel) {
         const auto& a = p.opAttrs(g, o);
         if (!a.empty()) j["attrs"] = a;
         if (oi.acrossReplicas) j["across_replicas"] = true;
+        if (oi.indexFromReplica) j["index_from_replica"] = true;
         ops.push_back(std::move(j));
     }
     return json{{"tensors", std::move(tensors)}, {"ops", std::move(ops)}};

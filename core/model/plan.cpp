@@ -235,6 +235,12 @@ Plan expandReplicas(const Plan& plan) {
         }
         for (std::int32_t k = 0; k < D; ++k) {
             auto info = o;
+            info.indexFromReplica = false;
+            if (o.indexFromReplica) {
+                auto a = plan.attrs[o.attrs];
+                a["index"] = k;
+                info.attrs = out.internAttrs(a);
+            }
             if (info.rank >= 0) info.rank += k * S;
             if (info.group != kNone) {
                 auto g = plan.groups[o.group];

@@ -100,6 +100,9 @@ struct OpInfo {
     /// In a plan stored with replicas: a collective whose group spans every data-parallel
     /// replica (the gradient reducer); its listed group, inputs and outputs are replica 0's.
     bool acrossReplicas = false;
+    /// In a plan stored with replicas: a local chunk whose index is its replica's number (each
+    /// replica takes its own part, as ZeRO's optimizer does); listed with index 0.
+    bool indexFromReplica = false;
 };
 
 /// One dataflow graph. Ops are stored in file order; topoOrder() is computed at load.
