@@ -114,7 +114,7 @@ std::vector<int> appendBackward(LogicalModel& m) {
 
     m.phase = Phase::Backward;
     // The gradient of t: its contributions summed (in the layer where t is produced).
-    auto gradient = [&](int t, const std::string& where) -> int {
+    auto gradient = [&](int t, std::string where) -> int {
         auto& c = contrib[static_cast<std::size_t>(t)];
         if (c.empty()) return -1;
         int g = c[0];
@@ -179,7 +179,7 @@ void appendOptimizer(LogicalModel& m, const std::vector<int>& grads, const Optim
             int g = grads[i];
             if (g < 0) continue;
             m.layer = firstUseLayer[static_cast<std::size_t>(m.weights[i])];
-            const auto& name = m.tensors[static_cast<std::size_t>(m.weights[i])].name;
+            const std::string name = m.tensors[static_cast<std::size_t>(m.weights[i])].name;
             int sq = m.op1("mul", "clip." + name + ".square", {g, g}, json::object(), m.shape(g));
             int s = m.op1("sum", "clip." + name + ".sum", {sq}, json::object(), Shape{});
             total = total < 0 ? s : m.op1("add", "clip.total", {total, s}, json::object(), Shape{});
@@ -191,7 +191,7 @@ void appendOptimizer(LogicalModel& m, const std::vector<int>& grads, const Optim
             for (std::size_t i = 0; i < m.weights.size(); ++i) {
                 if (grads[i] < 0) continue;
                 m.layer = firstUseLayer[static_cast<std::size_t>(m.weights[i])];
-                const auto& name = m.tensors[static_cast<std::size_t>(m.weights[i])].name;
+                const std::string name = m.tensors[static_cast<std::size_t>(m.weights[i])].name;
                 clipped[i] = m.op1("mul", "clip." + name, {grads[i], coeff}, json::object(), m.shape(grads[i]));
             }
         }
