@@ -171,6 +171,10 @@ void appendOptimizer(LogicalModel& m, const std::vector<int>& grads, const Optim
                 firstUseLayer[static_cast<std::size_t>(in)] = o.layer;
             }
     std::vector<int> clipped = grads;
+    auto gradientRole = [&](int t) {
+        m.tensors[static_cast<std::size_t>(t)].role = Role::Gradient;
+        return t;
+    };
     if (!cfg.clipNorm.empty()) {
         // total_norm = sqrt(sum of every gradient's squares); each gradient times
         // min(1, max_norm / (total_norm + eps)).
@@ -180,19 +184,19 @@ void appendOptimizer(LogicalModel& m, const std::vector<int>& grads, const Optim
             if (g < 0) continue;
             m.layer = firstUseLayer[static_cast<std::size_t>(m.weights[i])];
             const std::string name = m.tensors[static_cast<std::size_t>(m.weights[i])].name;
-            int sq = m.op1("mul", "clip." + name + ".square", {g, g}, json::object(), m.shape(g));
-            int s = m.op1("sum", "clip." + name + ".sum", {sq}, json::object(), Shape{});
-            total = total < 0 ? s : m.op1("add", "clip.total", {total, s}, json::object(), Shape{});
+            int sq = gradientRole(m.op1("mul", "clip." + name + ".square", {g, g}, json::object(), m.shape(g)));
+            int s = gradientRole(m.op1("sum", "clip." + name + ".sum", {sq}, json::object(), Shape{}));
+            total = total < 0 ? s : gradientRole(m.op1("add", "clip.total", {total, s}, json::object(), Shape{}));
         }
         if (total >= 0) {
             m.layer = m.headLayer;
-            int norm = m.op1("sqrt", "clip.norm", {total}, json::object(), Shape{});
-            int coeff = m.op1("clip_coeff", "clip.coeff", {norm}, json{{"max_norm", cfg.clipNorm}}, Shape{});
+            int norm = gradientRole(m.op1("sqrt", "clip.norm", {total}, json::object(), Shape{}));
+            int coeff = gradientRole(m.op1("clip_coeff", "clip.coeff", {norm}, json{{"max_norm", cfg.clipNorm}}, Shape{}));
             for (std::size_t i = 0; i < m.weights.size(); ++i) {
                 if (grads[i] < 0) continue;
                 m.layer = firstUseLayer[static_cast<std::size_t>(m.weights[i])];
                 const std::string name = m.tensors[static_cast<std::size_t>(m.weights[i])].name;
-                clipped[i] = m.op1("mul", "clip." + name, {grads[i], coeff}, json::object(), m.shape(grads[i]));
+                clipped[i] = gradientRole(m.op1("mul", "clip." + name, {grads[i], coeff}, json::object(), m.shape(grads[i])));
             }
         }
     }

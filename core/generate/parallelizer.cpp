@@ -754,7 +754,7 @@ void Parallelizer::computeDesired() {
     // propagate each weight's tp placement to the ops accumulating its gradient.
     for (std::size_t i = 0; i < M.ops.size(); ++i) {
         const auto& o = M.ops[i];
-        if (o.dead || o.phase != Phase::Optimizer) continue;
+        if (o.dead || (o.kind != "adamw" && o.kind != "sgd")) continue;
         int w = o.inputs[0], g = o.inputs[1];
         int d = M.placement[static_cast<std::size_t>(w)].tpShardDim;
         if (d < 0 || !tpAxis()) continue;
@@ -1113,7 +1113,7 @@ json Parallelizer::run() {
     // ZeRO-1/2: every replica gathers the updated weights; ZeRO-3 keeps them split.
     if (C.zero == 1 || C.zero == 2)
         for (const auto& o : M.ops)
-            if (!o.dead && o.phase == Phase::Optimizer)
+            if (!o.dead && (o.kind == "adamw" || o.kind == "sgd"))
                 for (int t : o.outputs)
                     if (lt(t).role == Role::Weight && versions[static_cast<std::size_t>(produced[static_cast<std::size_t>(t)])].pl.lane.st == St::DpShard)
                         produced[static_cast<std::size_t>(t)] = dpGather(produced[static_cast<std::size_t>(t)]);
