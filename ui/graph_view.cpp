@@ -1,5 +1,7 @@
 #include "graph_view.hpp"
 
+#include <algorithm>
+
 #include <QGraphicsItem>
 #include <QWheelEvent>
 
@@ -35,6 +37,28 @@ void GraphView::zoomActual() {
 void GraphView::fitAll() {
     if (!scene()) return;
     fitInView(scene()->itemsBoundingRect(), Qt::KeepAspectRatio);
+    emit zoomChanged(zoom());
+}
+
+void GraphView::showStart() {
+    if (!scene()) return;
+    const QRectF all = scene()->itemsBoundingRect();
+    const QSizeF port = viewport()->size();
+    if (all.isEmpty() || port.isEmpty()) return fitAll();
+    const qreal fit = std::min(port.width() / all.width(), port.height() / all.height());
+    if (fit >= kReadable) return fitAll();
+    // Too big to read whole: as wide as fits (but readable), from the top, where the step starts.
+    const qreal s = std::clamp(port.width() / all.width(), kReadable, 1.0);
+    resetTransform();
+    scale(s, s);
+    const qreal visibleWidth = port.width() / s, visibleHeight = port.height() / s;
+    // Horizontally, on what the top of the scene holds (the first ops, not the bowed edges' margin).
+    QRectF top;
+    for (auto* item : scene()->items(QRectF(all.left(), all.top(), all.width(), visibleHeight / 2)))
+        if (item->zValue() >= 2) top |= item->sceneBoundingRect();
+    const qreal cx = top.isEmpty() ? all.left() + std::min(all.width(), visibleWidth) / 2
+                                   : std::max(all.left() + visibleWidth / 2, top.left() + std::min(top.width(), visibleWidth) / 2);
+    centerOn(cx, all.top() + visibleHeight / 2);
     emit zoomChanged(zoom());
 }
 

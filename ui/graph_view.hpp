@@ -10,12 +10,16 @@ class GraphView : public QGraphicsView {
 public:
     explicit GraphView(QWidget* parent = nullptr);
     qreal zoom() const { return transform().m11(); }
+    /// Below this zoom node labels are not painted (level of detail).
+    static constexpr qreal kReadable = 0.6;
 
 public slots:
     void zoomIn() { zoomBy(1.25); }
     void zoomOut() { zoomBy(0.8); }
     void zoomActual();
     void fitAll();
+    /// What a freshly opened plan shows: all of it if that is readable, else its top, as wide as fits.
+    void showStart();
     void centerOnItem(QGraphicsItem* item);
 
 signals:

@@ -129,6 +129,22 @@ void Inspector::show(const LoadedPlan* loaded, int node) {
         return s;
     };
     const QString side = n.side == ViewSide::Logical ? tr("logical") : tr("parallel");
+    if (n.kind == ViewNodeKind::CollapsedLayer) {
+        const auto& layer = loaded->view.layers[n.id];
+        html += QStringLiteral("<h3>%1</h3><table>").arg(esc(n.name));
+        row(tr("side"), side);
+        if (layer.rank >= 0) row(tr("rank"), QStringLiteral("%1 (%2)").arg(layer.rank).arg(esc(plan.coordinates(layer.rank))));
+        if (layer.microbatch >= 0) row(tr("microbatch"), QString::number(layer.microbatch));
+        row(tr("phase"), esc(std::string(toString(layer.phase))));
+        row(tr("ops"), QString::number(layer.ops));
+        row(tr("stages"), QString::number(layer.stages));
+        html += QStringLiteral("</table><p>") +
+                tr("Collapsed: double-click it (or use View ▸ Expand All Layers) to lay out its ops; double-click the band of an "
+                   "expanded layer to fold it again.") +
+                QStringLiteral("</p>");
+        text_->setHtml(html);
+        return;
+    }
     if (n.kind == ViewNodeKind::CollapsedRank) {
         html += QStringLiteral("<h3>%1</h3><p>%2</p><p>").arg(esc(n.name), esc(n.label)) +
                 tr("Collapsed: double-click it (or use View ▸ Expand all ranks) to lay out its ops.") + QStringLiteral("</p>");

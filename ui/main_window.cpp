@@ -56,9 +56,11 @@ std::shared_ptr<LoadedPlan> layout(std::shared_ptr<const Plan> plan, const QStri
     lp->stages = std::move(stages);
     lp->options = std::move(options);
     lp->view = buildPlanView(*lp->plan, lp->stages, lp->options);
+    lp->viewSeconds = static_cast<double>(t.nsecsElapsed()) / 1e9;
     lp->placed = placePlanView(lp->view);
     lp->path = path;
     lp->seconds = static_cast<double>(t.nsecsElapsed()) / 1e9;
+    lp->layoutSeconds = lp->seconds - lp->viewSeconds;
     if (!lp->placed.error.empty()) {
         if (error) *error = QString::fromStdString(lp->placed.error);
         return nullptr;
@@ -85,15 +87,29 @@ std::shared_ptr<LoadedPlan> loadPlan(const QString& path, const std::set<std::in
                                                                      : std::shared_ptr<const Plan>(std::move(res.plan));
     ViewOptions options;
     options.collapsedRanks = collapsed ? *collapsed : defaultCollapsedRanks(*plan);
+    const double read = static_cast<double>(t.nsecsElapsed()) / 1e9;
     auto stages = cutStages(*plan);
+    const double cut = static_cast<double>(t.nsecsElapsed()) / 1e9 - read;
     auto lp = layout(plan, path, options, std::move(stages), error);
-    if (lp) lp->seconds = static_cast<double>(t.nsecsElapsed()) / 1e9;
+    if (lp) {
+        lp->seconds = static_cast<double>(t.nsecsElapsed()) / 1e9;
+        lp->readSeconds = read;
+        lp->stageSeconds = cut;
+    }
     return lp;
 }
 
 std::shared_ptr<LoadedPlan> relayoutPlan(std::shared_ptr<const Plan> plan, const QString& path, ViewOptions options, QString* error) {
+    QElapsedTimer t;
+    t.start();
     auto stages = cutStages(*plan);
-    return layout(std::move(plan), path, std::move(options), std::move(stages), error);
+    const double cut = static_cast<double>(t.nsecsElapsed()) / 1e9;
+    auto lp = layout(std::move(plan), path, std::move(options), std::move(stages), error);
+    if (lp) {
+        lp->stageSeconds = cut;
+        lp->seconds += cut;
+    }
+    return lp;
 }
 
 MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
@@ -143,6 +159,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
 
     connect(scene_, &PlanScene::nodeSelected, this, &MainWindow::onNodeSelected);
     connect(scene_, &PlanScene::nodeActivated, this, &MainWindow::onNodeActivated);
+    connect(scene_, &PlanScene::groupActivated, this, &MainWindow::onGroupActivated);
     connect(scene_, &PlanScene::planChanged, this, [this] { findModel_->setPlan(scene_->loadedShared()); });
 
     buildMenus();
@@ -211,6 +228,8 @@ void MainWindow::buildMenus() {
     });
     view->addAction(tr("&Collapse All Ranks"), this, [this] { setRanksCollapsed(true); });
     view->addAction(tr("&Expand All Ranks"), this, [this] { setRanksCollapsed(false); });
+    view->addAction(tr("Collapse All &Layers"), this, [this] { setLayersCollapsed(true); });
+    view->addAction(tr("Expand All La&yers"), this, [this] { setLayersCollapsed(false); });
     view->addSeparator();
     auto* dark = view->addAction(tr("&Dark Palette"));
     dark->setCheckable(true);
@@ -384,7 +403,7 @@ void MainWindow::onLoaded(quint64 id, std::shared_ptr<LoadedPlan> loaded, const 
         scene_->setFilter({});
     }
     inspector_->show(nullptr, -1);
-    if (!samePlan) view_->fitAll();
+    if (!samePlan) view_->showStart();
     rememberRecent(currentPath_);
     setWindowTitle(tr("%1 — TrainVerify Studio").arg(QFileInfo(currentPath_).fileName()));
     updateStatus();
@@ -416,17 +435,55 @@ void MainWindow::onNodeActivated(int node) {
     if (!l || node < 0) return;
     const auto& n = l->view.nodes[node];
     if (n.kind == ViewNodeKind::CollapsedRank) toggleRank(static_cast<std::int32_t>(n.id));
+    if (n.kind == ViewNodeKind::CollapsedLayer) toggleLayer(l->view.layers[n.id].key);
 }
 
-void MainWindow::toggleRank(std::int32_t rank) {
+void MainWindow::onGroupActivated(int group) {
     const auto* l = scene_->loaded();
     if (!l) return;
-    auto options = currentOptions();
-    if (!options.collapsedRanks.erase(rank)) options.collapsedRanks.insert(rank);
+    // A double-click anywhere inside an expanded layer (on its band or a stage band in it) folds it.
+    for (int g = group; g >= 0 && g < static_cast<int>(l->view.groups.size()); g = l->view.groups[g].parent)
+        if (l->view.groups[g].kind == ViewGroupKind::Layer) {
+            toggleLayer(l->view.layers[l->view.groups[g].layer].key);
+            return;
+        }
+}
+
+void MainWindow::relayout(ViewOptions options) {
+    const auto* l = scene_->loaded();
+    if (!l) return;
     pendingOptions_ = options;
     auto plan = l->plan;
     auto path = l->path;
     startJob([plan, path, options](QString* error) { return relayoutPlan(plan, path, options, error); }, tr("Laying out..."));
+}
+
+void MainWindow::toggleRank(std::int32_t rank) {
+    if (!scene_->loaded()) return;
+    auto options = currentOptions();
+    if (!options.collapsedRanks.erase(rank)) options.collapsedRanks.insert(rank);
+    relayout(std::move(options));
+}
+
+void MainWindow::toggleLayer(const std::string& key) {
+    const auto* l = scene_->loaded();
+    if (!l) return;
+    auto options = currentOptions();
+    // Collapsed now (counting toggles not yet laid out)? Named either way in the options, or else
+    // as the size rule left it in the view on screen.
+    bool collapsed = false;
+    for (const auto& layer : l->view.layers)
+        if (layer.key == key) collapsed = layer.collapsed;
+    if (options.collapsedLayers.count(key)) collapsed = true;
+    else if (options.expandedLayers.count(key)) collapsed = false;
+    if (collapsed) {
+        options.collapsedLayers.erase(key);
+        options.expandedLayers.insert(key);
+    } else {
+        options.expandedLayers.erase(key);
+        options.collapsedLayers.insert(key);
+    }
+    relayout(std::move(options));
 }
 
 void MainWindow::setRanksCollapsed(bool collapsed) {
@@ -436,10 +493,16 @@ void MainWindow::setRanksCollapsed(bool collapsed) {
     options.collapsedRanks.clear();
     if (collapsed)
         for (std::int32_t r = 0; r < static_cast<std::int32_t>(l->plan->ranks.size()); ++r) options.collapsedRanks.insert(r);
-    pendingOptions_ = options;
-    auto plan = l->plan;
-    auto path = l->path;
-    startJob([plan, path, options](QString* error) { return relayoutPlan(plan, path, options, error); }, tr("Laying out..."));
+    relayout(std::move(options));
+}
+
+void MainWindow::setLayersCollapsed(bool collapsed) {
+    if (!scene_->loaded()) return;
+    auto options = currentOptions();
+    options.expandedLayers.clear();
+    options.collapsedLayers.clear();
+    options.collapseLayersAbove = collapsed ? 0 : ViewOptions::kNever;
+    relayout(std::move(options));
 }
 
 void MainWindow::find(const QString& query) {

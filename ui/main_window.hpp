@@ -48,6 +48,9 @@ public:
     /// Applies a filter (also reflected in the filter bar); returns the number of nodes shown.
     int applyFilter(const ViewFilter& filter);
     void toggleRank(std::int32_t rank);
+    /// Collapses or expands one layer group (ViewLayer::key); all of them with setLayersCollapsed.
+    void toggleLayer(const std::string& key);
+    void setLayersCollapsed(bool collapsed);
 
 signals:
     void planLoaded();
@@ -65,6 +68,8 @@ private:
     ViewOptions currentOptions() const;
     void onNodeSelected(int node);
     void onNodeActivated(int node);
+    void onGroupActivated(int group);
+    void relayout(ViewOptions options);
     void rememberRecent(const QString& path);
     void rebuildRecentMenu();
     void showGallery();

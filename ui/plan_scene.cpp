@@ -14,17 +14,17 @@ namespace {
 QRectF toQt(const Rect& r) { return QRectF(r.x, r.y, r.width, r.height); }
 
 struct Palette {
-    QColor logicalOp, parallelOp, collective, tensor, collapsed, text, edge, stageBand, rankBand, mbBand, selection, related;
+    QColor logicalOp, parallelOp, collective, tensor, collapsed, text, edge, stageBand, rankBand, mbBand, selection, related, layerBand;
 };
 
 Palette paletteFor(bool dark) {
     if (dark)
         return {QColor(40, 70, 110), QColor(40, 95, 70), QColor(120, 85, 30), QColor(60, 60, 66), QColor(80, 80, 90),
                 QColor(230, 230, 235), QColor(150, 150, 160), QColor(70, 90, 130, 60), QColor(80, 130, 100, 50),
-                QColor(200, 200, 220, 25), QColor(255, 200, 60), QColor(90, 200, 255)};
+                QColor(200, 200, 220, 25), QColor(255, 200, 60), QColor(90, 200, 255), QColor(180, 160, 230, 22)};
     return {QColor(214, 230, 250), QColor(214, 240, 222), QColor(252, 226, 190), QColor(255, 255, 255), QColor(225, 225, 232),
             QColor(25, 25, 30), QColor(120, 120, 130), QColor(90, 120, 200, 28), QColor(60, 160, 100, 26),
-            QColor(0, 0, 0, 10), QColor(230, 120, 0), QColor(0, 120, 215)};
+            QColor(0, 0, 0, 10), QColor(230, 120, 0), QColor(0, 120, 215), QColor(120, 90, 200, 14)};
 }
 
 /// Each stage has a hue, shared by its band on the logical side and the marks of its ops on both sides.
@@ -41,7 +41,7 @@ QColor lineageColor(LineageKind k) {
 
 }  // namespace
 
-/// One op, tensor or collapsed rank. Paints with level of detail: no text when it cannot be read.
+/// One op, tensor, collapsed rank or collapsed layer. Paints with level of detail: no text when it cannot be read.
 class NodeItem : public QGraphicsItem {
 public:
     NodeItem(PlanScene* scene, int node, const ViewNode& n, QRectF rect, bool collective)
@@ -64,7 +64,7 @@ public:
         const auto pal = paletteFor(scene_->dark_);
         const qreal lod = opt->levelOfDetailFromTransform(p->worldTransform());
         QColor fill = kind_ == ViewNodeKind::Tensor ? pal.tensor
-                      : kind_ == ViewNodeKind::CollapsedRank ? pal.collapsed
+                      : kind_ == ViewNodeKind::CollapsedRank || kind_ == ViewNodeKind::CollapsedLayer ? pal.collapsed
                       : collective_ ? pal.collective
                       : side_ == ViewSide::Logical ? pal.logicalOp : pal.parallelOp;
         QPen pen(pal.edge, 1);
@@ -78,8 +78,10 @@ public:
         }
         const qreal radius = kind_ == ViewNodeKind::Tensor ? 10 : 3;
         p->drawRoundedRect(rect_, radius, radius);
-        if (kind_ == ViewNodeKind::CollapsedRank) {
+        if (kind_ == ViewNodeKind::CollapsedRank || kind_ == ViewNodeKind::CollapsedLayer) {
+            // A folded stack: what double-clicking opens.
             p->drawLine(rect_.topLeft() + QPointF(4, 4), rect_.topRight() + QPointF(-4, 4));
+            if (kind_ == ViewNodeKind::CollapsedLayer) p->drawLine(rect_.topLeft() + QPointF(8, 7), rect_.topRight() + QPointF(-8, 7));
         }
         if (stage_ != kNone && kind_ == ViewNodeKind::Op) {
             // The stage mark: the same hue as the stage's band on the logical side.
@@ -118,20 +120,28 @@ private:
     int highlight_ = 0;  ///< 0 none, 1 counterpart, 2 selected
 };
 
-/// A stage band or a rank/microbatch group, drawn behind the ops.
+/// A stage band, a layer, or a rank/microbatch group, drawn behind the ops. Double-clicking an
+/// expanded layer's band folds it again.
 class GroupItem : public QGraphicsItem {
 public:
-    GroupItem(PlanScene* scene, const ViewGroup& g, QRectF rect)
-        : scene_(scene), kind_(g.kind), stage_(g.stage), rect_(rect), label_(QString::fromStdString(g.label)) {
-        setZValue(kind_ == ViewGroupKind::Microbatch ? -1 : -2);
+    GroupItem(PlanScene* scene, int group, const ViewGroup& g, QRectF rect)
+        : scene_(scene), group_(group), kind_(g.kind), stage_(g.stage), rect_(rect), label_(QString::fromStdString(g.label)) {
+        // Nested bands paint inside out: rank, microbatch, layer, stage.
+        setZValue(kind_ == ViewGroupKind::Rank ? -4 : kind_ == ViewGroupKind::Microbatch ? -3 : kind_ == ViewGroupKind::Layer ? -2 : -1);
+        if (kind_ == ViewGroupKind::Layer) setToolTip(QObject::tr("%1 — double-click the band to collapse it").arg(label_));
     }
     QRectF boundingRect() const override { return rect_; }
     ViewGroupKind kind() const { return kind_; }
     void paint(QPainter* p, const QStyleOptionGraphicsItem* opt, QWidget*) override {
         const auto pal = paletteFor(scene_->dark_);
-        QColor band = kind_ == ViewGroupKind::Stage ? pal.stageBand : kind_ == ViewGroupKind::Rank ? pal.rankBand : pal.mbBand;
+        QColor band = kind_ == ViewGroupKind::Stage ? pal.stageBand
+                      : kind_ == ViewGroupKind::Rank ? pal.rankBand
+                      : kind_ == ViewGroupKind::Layer ? pal.layerBand
+                                                      : pal.mbBand;
         QColor border = kind_ == ViewGroupKind::Stage && stage_ != kNone ? stageColor(stage_) : band.darker(160);
-        p->setPen(QPen(border, kind_ == ViewGroupKind::Microbatch ? 1 : 1.5, kind_ == ViewGroupKind::Microbatch ? Qt::DashLine : Qt::SolidLine));
+        if (kind_ == ViewGroupKind::Layer) border = pal.edge;
+        p->setPen(QPen(border, kind_ == ViewGroupKind::Microbatch ? 1 : 1.5,
+                       kind_ == ViewGroupKind::Microbatch ? Qt::DashLine : kind_ == ViewGroupKind::Layer ? Qt::DotLine : Qt::SolidLine));
         p->setBrush(band);
         p->drawRoundedRect(rect_, 6, 6);
         if (opt->levelOfDetailFromTransform(p->worldTransform()) < 0.35) return;
@@ -143,8 +153,11 @@ public:
         p->drawText(rect_.adjusted(6, 2, -6, -2), Qt::AlignTop | Qt::AlignLeft, label_);
     }
 
+    int group() const { return group_; }
+
 private:
     PlanScene* scene_;
+    int group_;
     ViewGroupKind kind_;
     std::uint32_t stage_;
     QRectF rect_;
@@ -204,6 +217,23 @@ PlanScene::~PlanScene() {
     groupItems_.clear();
 }
 
+void PlanScene::mouseDoubleClickEvent(QGraphicsSceneMouseEvent* e) {
+    // Bands do not take mouse presses (dragging over them pans the view), so a double-click that
+    // no node took is offered here to the innermost band under the pointer.
+    for (auto* item : items(e->scenePos())) {
+        if (dynamic_cast<NodeItem*>(item)) {
+            QGraphicsScene::mouseDoubleClickEvent(e);
+            return;
+        }
+        if (auto* g = dynamic_cast<GroupItem*>(item)) {
+            emit groupActivated(g->group());
+            e->accept();
+            return;
+        }
+    }
+    QGraphicsScene::mouseDoubleClickEvent(e);
+}
+
 int PlanScene::groupItemCount(ViewGroupKind kind) const {
     int n = 0;
     for (auto* g : groupItems_) n += static_cast<GroupItem*>(g)->kind() == kind;
@@ -236,7 +266,7 @@ void PlanScene::setPlan(std::shared_ptr<const LoadedPlan> loaded) {
     const auto& reg = OpRegistry::instance();
 
     for (std::size_t g = 0; g < v.groups.size(); ++g) {
-        auto* item = new GroupItem(this, v.groups[g], toQt(pl.groupRects[g]));
+        auto* item = new GroupItem(this, static_cast<int>(g), v.groups[g], toQt(pl.groupRects[g]));
         addItem(item);
         groupItems_.push_back(item);
     }
@@ -271,7 +301,8 @@ void PlanScene::setPlan(std::shared_ptr<const LoadedPlan> loaded) {
     // Large plans create lineage items on demand, for the selection only.
     lineageItems_.assign(v.lineage.size(), nullptr);
     if (v.lineage.size() <= kMaxAlwaysShownLineage)
-        for (std::size_t i = 0; i < v.lineage.size(); ++i) lineageItem(i);
+        for (std::size_t i = 0; i < v.lineage.size(); ++i)
+            if (!touchesCollapsed(i)) lineageItem(i);
     QRectF all = itemsBoundingRect();
     setSceneRect(all.adjusted(-40, -40, 40, 40));
     updateLineageVisibility();
@@ -301,6 +332,12 @@ QGraphicsItem* PlanScene::lineageItem(std::size_t i) {
                               QString::fromStdString(v.nodes[e.parallel].name)));
     lineageItems_[i] = item;
     return item;
+}
+
+bool PlanScene::touchesCollapsed(std::size_t i) const {
+    const auto& v = loaded_->view;
+    auto collapsed = [&](int n) { return v.nodes[n].kind == ViewNodeKind::CollapsedRank || v.nodes[n].kind == ViewNodeKind::CollapsedLayer; };
+    return collapsed(v.lineage[i].logical) || collapsed(v.lineage[i].parallel);
 }
 
 int PlanScene::lineageItemCount() const {
@@ -351,13 +388,13 @@ void PlanScene::updateLineageVisibility() {
         bool touches = selected_ >= 0 && (lin[i].logical == selected_ || lin[i].parallel == selected_);
         if (!lineageItems_[i] && !touches) continue;
         auto* item = lineageItem(i);
-        item->setVisible(all || touches);
+        item->setVisible((all && !touchesCollapsed(i)) || touches);
         item->setOpacity(selected_ >= 0 && !touches ? 0.25 : 1.0);
     }
 }
 
 bool PlanScene::nodePassesFilter(int node) const {
-    return loaded_ && node >= 0 && node < static_cast<int>(nodes_.size()) && passesFilter(*loaded_->plan, loaded_->view.nodes[node], filter_);
+    return loaded_ && node >= 0 && node < static_cast<int>(nodes_.size()) && passesFilter(*loaded_->plan, loaded_->view, node, filter_);
 }
 
 int PlanScene::setFilter(const ViewFilter& filter) {

@@ -24,6 +24,7 @@ struct LoadedPlan {
     PlacedView placed;
     QString path;
     double seconds = 0;  ///< time to read, cut stages and lay out
+    double readSeconds = 0, stageSeconds = 0, viewSeconds = 0, layoutSeconds = 0;  ///< its parts
 };
 
 class NodeItem;
@@ -50,7 +51,7 @@ public:
     const std::vector<int>& highlighted() const { return highlighted_; }
 
     void selectNode(int node);
-    /// Lineage edges: all of them, or only those touching the selection.
+    /// Lineage edges: all of them (but those touching a collapsed node), or only those touching the selection.
     void setShowAllLineage(bool all);
     bool showAllLineage() const { return showAllLineage_; }
     /// Above this many lineage edges only the selection's are drawn, whatever the setting.
@@ -64,12 +65,18 @@ public:
 signals:
     void planChanged();
     void nodeSelected(int node);
-    void nodeActivated(int node);  ///< double-click (e.g. expand a collapsed rank)
+    void nodeActivated(int node);  ///< double-click (e.g. expand a collapsed rank or layer)
+    void groupActivated(int group);  ///< double-click on a band (e.g. collapse an expanded layer)
+
+protected:
+    void mouseDoubleClickEvent(QGraphicsSceneMouseEvent* e) override;
 
 private:
     void onSelectionChanged();
     void updateLineageVisibility();
     QGraphicsItem* lineageItem(std::size_t i);
+    /// Lineage to or from a collapsed node is drawn only for the selection: a summary has too many.
+    bool touchesCollapsed(std::size_t i) const;
     friend class NodeItem;
     friend class GroupItem;
     friend class EdgeItem;

@@ -17,6 +17,30 @@ std::string_view toString(LineageKind k) {
     return "?";
 }
 
+std::string layerOfName(std::string_view name) {
+    static const std::set<std::string_view> containers{"layers", "layer", "h", "blocks", "block"};
+    std::string_view prev;
+    std::size_t start = 0, prevStart = 0;
+    while (start <= name.size()) {
+        auto end = name.find('.', start);
+        if (end == std::string_view::npos) end = name.size();
+        auto part = name.substr(start, end - start);
+        if (!part.empty() && !prev.empty() && containers.count(prev) &&
+            std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; }))
+            return std::string(name.substr(prevStart, end - prevStart));
+        prev = part;
+        prevStart = start;
+        start = end + 1;
+    }
+    return {};
+}
+
+std::string layerKey(ViewSide side, std::int32_t rank, std::int32_t microbatch, const std::string& layer, Phase phase) {
+    std::string key = side == ViewSide::Logical ? "logical" : "rank " + std::to_string(rank);
+    if (microbatch >= 0) key += " mb " + std::to_string(microbatch);
+    return key + " " + layer + " " + std::string(toString(phase));
+}
+
 std::size_t PlanView::count(ViewSide side, ViewNodeKind kind) const {
     return static_cast<std::size_t>(std::count_if(nodes.begin(), nodes.end(), [&](const ViewNode& n) { return n.side == side && n.kind == kind; }));
 }
@@ -29,12 +53,31 @@ std::vector<int> PlanView::counterparts(int node) const {
         if (e.logical == node) out.push_back(e.parallel);
         if (e.parallel == node) out.push_back(e.logical);
     }
-    if (n.kind == ViewNodeKind::Op && n.stage != kNone)
-        for (int i = 0; i < static_cast<int>(nodes.size()); ++i)
-            if (nodes[i].side != n.side && nodes[i].kind == ViewNodeKind::Op && nodes[i].stage == n.stage) out.push_back(i);
+    auto sameStage = [&](std::uint32_t stage) {
+        if (stage == kNone || stage >= stageNodes.size()) return;
+        for (int m : stageNodes[stage])
+            if (nodes[m].side != n.side) out.push_back(m);
+    };
+    if (n.kind == ViewNodeKind::Op) sameStage(n.stage);
+    if (n.kind == ViewNodeKind::CollapsedLayer) {
+        // The same layer and phase on the other side, expanded or not.
+        const auto& mine = layers[n.id];
+        for (const auto& other : layers)
+            if (other.side != mine.side && other.layer == mine.layer && other.phase == mine.phase && other.node >= 0) out.push_back(other.node);
+    }
     std::sort(out.begin(), out.end());
     out.erase(std::unique(out.begin(), out.end()), out.end());
     return out;
+}
+
+bool PlanView::drawnAfterLayout(const ViewEdge& e) const {
+    const auto& a = nodes[e.from];
+    const auto& b = nodes[e.to];
+    if (a.kind == ViewNodeKind::CollapsedRank || b.kind == ViewNodeKind::CollapsedRank) return true;
+    if (a.kind != ViewNodeKind::CollapsedLayer && b.kind != ViewNodeKind::CollapsedLayer) return false;
+    if (a.layer < 0 || b.layer < 0) return false;
+    const auto pa = layers[a.layer].phase, pb = layers[b.layer].phase;
+    return pa != pb && !(pa == Phase::Backward && pb == Phase::Optimizer);
 }
 
 LayoutRequest PlanView::layoutRequest(ViewSide side, std::vector<int>& requestToNode, bool includeCollapsedEdges) const {
@@ -55,11 +98,8 @@ LayoutRequest PlanView::layoutRequest(ViewSide side, std::vector<int>& requestTo
         requestToNode.push_back(static_cast<int>(i));
         req.nodes.push_back({nodes[i].width, nodes[i].height, nodes[i].group >= 0 ? groupIndex[nodes[i].group] : -1});
     }
-    // Edges into or out of a collapsed rank are not laid out (a collapsed rank can have thousands,
-    // which makes dot's crossing minimisation explode); they are drawn straight afterwards.
     for (const auto& e : side == ViewSide::Logical ? logicalEdges : parallelEdges) {
-        if (!includeCollapsedEdges && (nodes[e.from].kind == ViewNodeKind::CollapsedRank || nodes[e.to].kind == ViewNodeKind::CollapsedRank))
-            continue;
+        if (!includeCollapsedEdges && drawnAfterLayout(e)) continue;
         req.edges.push_back({nodeIndex[e.from], nodeIndex[e.to], true});
     }
     if (req.nodes.size() > 400) req.crossingEffort = 0.3;  // bounded crossing minimisation for big graphs
@@ -93,8 +133,7 @@ PlacedView placePlanView(const PlanView& view, double gap) {
             }
         std::size_t laidOut = 0;
         for (const auto& e : side == ViewSide::Logical ? view.logicalEdges : view.parallelEdges) {
-            const bool straight = view.nodes[e.from].kind == ViewNodeKind::CollapsedRank || view.nodes[e.to].kind == ViewNodeKind::CollapsedRank;
-            if (straight) {
+            if (view.drawnAfterLayout(e)) {
                 // Filled in below, once every node of this side has its place.
                 out.dataflowPaths.emplace_back();
                 out.dataflowTips.push_back({});
@@ -112,7 +151,9 @@ PlacedView placePlanView(const PlanView& view, double gap) {
         (side == ViewSide::Logical ? out.logicalBounds : out.parallelBounds) = bounds;
         offsetX += res.bounds.width + gap;
     }
-    // Straight edges for collapsed ranks: from the bottom centre of one node to the top centre of the other.
+    // Edges left out of layout: straight for collapsed ranks, from the bottom centre of one node
+    // to the top centre of the other; a forward layer's edges to its backward pass or update leave
+    // and enter from the right, bowed out to the right, clear of the chain of layers.
     std::size_t k = 0;
     for (const auto* list : {&view.logicalEdges, &view.parallelEdges})
         for (const auto& e : *list) {
@@ -120,10 +161,18 @@ PlacedView placePlanView(const PlanView& view, double gap) {
             if (path.empty()) {
                 const auto& a = out.nodeRects[e.from];
                 const auto& b = out.nodeRects[e.to];
-                Point p0{a.x + a.width / 2, a.y + a.height}, p1{b.x + b.width / 2, b.y};
-                Point d{(p1.x - p0.x) / 3, (p1.y - p0.y) / 3};
-                path = {p0, {p0.x + d.x, p0.y + d.y}, {p0.x + 2 * d.x, p0.y + 2 * d.y}, p1};
-                out.dataflowTips[k] = p1;
+                const bool rank = view.nodes[e.from].kind == ViewNodeKind::CollapsedRank || view.nodes[e.to].kind == ViewNodeKind::CollapsedRank;
+                if (rank) {
+                    Point p0{a.x + a.width / 2, a.y + a.height}, p1{b.x + b.width / 2, b.y};
+                    Point d{(p1.x - p0.x) / 3, (p1.y - p0.y) / 3};
+                    path = {p0, {p0.x + d.x, p0.y + d.y}, {p0.x + 2 * d.x, p0.y + 2 * d.y}, p1};
+                } else {
+                    Point p0{a.x + a.width, a.y + a.height / 2}, p1{b.x + b.width, b.y + b.height / 2};
+                    const double bow = 40 + std::min(400.0, std::abs(p1.y - p0.y) / 6);
+                    const double right = std::max(p0.x, p1.x) + bow;
+                    path = {p0, {right, p0.y}, {right, p1.y}, p1};
+                }
+                out.dataflowTips[k] = path.back();
             }
             ++k;
         }
@@ -137,8 +186,9 @@ bool ViewFilter::empty() const {
     return true;
 }
 
-bool passesFilter(const Plan& plan, const ViewNode& n, const ViewFilter& f) {
+bool passesFilter(const Plan& plan, const PlanView& view, int node, const ViewFilter& f) {
     if (f.empty()) return true;
+    const auto& n = view.nodes[node];
     const auto& reg = OpRegistry::instance();
     const auto& g = n.side == ViewSide::Logical ? plan.logical : plan.parallel;
     std::int32_t rank = -1, mb = -1;
@@ -152,6 +202,12 @@ bool passesFilter(const Plan& plan, const ViewNode& n, const ViewFilter& f) {
         if (!f.opKind.empty() || f.phase >= 0) return false;  // the filter asks for ops
         rank = g.tensors[n.id].rank;
         mb = g.tensors[n.id].microbatch;
+    } else if (n.kind == ViewNodeKind::CollapsedLayer) {
+        const auto& layer = view.layers[n.id];
+        if (!f.opKind.empty()) return false;
+        if (f.phase >= 0 && static_cast<int>(layer.phase) != f.phase) return false;
+        rank = layer.rank;
+        mb = layer.microbatch;
     } else {
         if (!f.opKind.empty() || f.phase >= 0 || f.microbatch >= 0) return false;
         rank = static_cast<std::int32_t>(n.id);
@@ -195,7 +251,9 @@ PlanView buildPlanView(const Plan& plan, const StagePlan& stages, const ViewOpti
     // Which stage proves each op and lineage tensor (the first stage that contains it).
     std::vector<std::uint32_t> lOpStage(L.ops.size(), kNone), pOpStage(P.ops.size(), kNone);
     std::vector<std::uint32_t> lTensorStage(L.tensors.size(), kNone), pTensorStage(P.tensors.size(), kNone);
+    std::uint32_t stageCount = 0;
     for (const auto& s : stages.stages) {
+        stageCount = std::max(stageCount, s.id + 1);
         for (auto op : s.logicalOps)
             if (lOpStage[op] == kNone) lOpStage[op] = s.id;
         for (auto op : s.parallelOps)
@@ -206,38 +264,104 @@ PlanView buildPlanView(const Plan& plan, const StagePlan& stages, const ViewOpti
             for (const auto& c : sl.copies)
                 for (const auto& t : c) pTensorStage[t.tensor] = s.id;
     }
+    std::vector<bool> glueStage(stageCount, true);
+    for (const auto& s : stages.stages) glueStage[s.id] = s.glue();
 
-    // Logical groups: one per op stage.
+    // Layer groups: ops whose names lie in a numbered layer, per phase, per container. A
+    // communication op belongs to the phase of whatever produced its first input.
+    std::vector<std::size_t> rankOps(plan.ranks.size(), 0);
+    for (OpId op = 0; op < P.ops.size(); ++op) {
+        auto r = P.homeRank(op);
+        if (r >= 0 && r < static_cast<std::int32_t>(rankOps.size())) ++rankOps[r];
+    }
+    std::map<std::string, int> layerIndex;
+    auto assignLayers = [&](ViewSide side, const Graph& g, std::vector<int>& opLayer) {
+        opLayer.assign(g.ops.size(), -1);
+        std::vector<Phase> phase(g.ops.size(), Phase::Forward);
+        for (OpId op : g.topo) {
+            phase[op] = g.ops[op].phase;
+            if (phase[op] == Phase::Communication) {
+                phase[op] = Phase::Forward;
+                auto ins = g.inputs(op);
+                if (!ins.empty() && g.tensors[ins[0]].producer != kNone) phase[op] = phase[g.tensors[ins[0]].producer];
+            }
+            auto layer = layerOfName(plan.opName(g, op));
+            if (layer.empty()) continue;
+            std::int32_t rank = -1, mb = -1;
+            if (side == ViewSide::Parallel) {
+                rank = g.homeRank(op);
+                if (rank < 0 || options.collapsedRanks.count(rank)) continue;
+                if (options.groupMicrobatches) mb = g.ops[op].microbatch;
+            }
+            auto key = layerKey(side, rank, mb, layer, phase[op]);
+            auto [it, fresh] = layerIndex.emplace(key, static_cast<int>(v.layers.size()));
+            if (fresh) v.layers.push_back({side, rank, mb, layer, phase[op], key, 0, 0, false, -1, -1});
+            ++v.layers[it->second].ops;
+            opLayer[op] = it->second;
+        }
+    };
+    std::vector<int> lOpLayer, pOpLayer;
+    assignLayers(ViewSide::Logical, L, lOpLayer);
+    assignLayers(ViewSide::Parallel, P, pOpLayer);
+    for (auto& layer : v.layers) {
+        const std::size_t container = layer.side == ViewSide::Logical ? L.ops.size() : rankOps[layer.rank];
+        layer.collapsed = layer.ops >= 2 && (options.collapsedLayers.count(layer.key) ||
+                                             (container > options.collapseLayersAbove && !options.expandedLayers.count(layer.key)));
+    }
+    {
+        std::vector<std::set<std::uint32_t>> layerStages(v.layers.size());
+        for (OpId op = 0; op < L.ops.size(); ++op)
+            if (lOpLayer[op] >= 0 && lOpStage[op] != kNone) layerStages[lOpLayer[op]].insert(lOpStage[op]);
+        for (OpId op = 0; op < P.ops.size(); ++op)
+            if (pOpLayer[op] >= 0 && pOpStage[op] != kNone) layerStages[pOpLayer[op]].insert(pOpStage[op]);
+        for (std::size_t i = 0; i < v.layers.size(); ++i) v.layers[i].stages = layerStages[i].size();
+    }
+
+    auto addGroup = [&](ViewGroup g) {
+        v.groups.push_back(std::move(g));
+        return static_cast<int>(v.groups.size() - 1);
+    };
+    // Groups are created when their first node is placed, so none is empty.
+    std::vector<int> rankGroup(plan.ranks.size(), -1);
+    std::map<std::pair<std::int32_t, std::int32_t>, int> mbGroup;
+    auto rankGroupFor = [&](std::int32_t r) -> int {
+        if (r < 0 || r >= static_cast<std::int32_t>(rankGroup.size()) || options.collapsedRanks.count(r)) return -1;
+        if (rankGroup[r] < 0)
+            rankGroup[r] = addGroup({ViewSide::Parallel, ViewGroupKind::Rank, "rank " + std::to_string(r) + " (" + plan.coordinates(r) + ")", -1, r, -1, kNone, -1});
+        return rankGroup[r];
+    };
+    auto parallelGroup = [&](std::int32_t rank, std::int32_t mb) -> int {
+        const int rg = rankGroupFor(rank);
+        if (rg < 0 || !options.groupMicrobatches || mb < 0) return rg;
+        auto it = mbGroup.find({rank, mb});
+        if (it == mbGroup.end())
+            it = mbGroup.emplace(std::pair(rank, mb), addGroup({ViewSide::Parallel, ViewGroupKind::Microbatch, "microbatch " + std::to_string(mb), rg, rank, mb, kNone, -1})).first;
+        return it->second;
+    };
+    auto layerGroupFor = [&](int layer, int parent) -> int {
+        auto& info = v.layers[layer];
+        if (info.ops < 2) return parent;
+        if (info.group < 0)
+            info.group = addGroup({info.side, ViewGroupKind::Layer, info.layer + " · " + std::string(toString(info.phase)), parent, info.rank, info.microbatch, kNone, layer});
+        return info.group;
+    };
     std::map<std::uint32_t, int> stageGroup;
-    for (const auto& s : stages.stages) {
-        if (s.glue()) continue;
+    auto stageGroupFor = [&](std::uint32_t stage, int parent) -> int {
+        if (stage == kNone || glueStage[stage]) return parent;
+        auto it = stageGroup.find(stage);
+        if (it != stageGroup.end()) return it->second;
+        const auto& s = stages.stages[stage];
         std::string ops;
         for (std::size_t k = 0; k < s.logicalOps.size() && k < 3; ++k) ops += (k ? ", " : "") + plan.opName(L, s.logicalOps[k]);
         if (s.logicalOps.size() > 3) ops += ", ...";
-        stageGroup[s.id] = static_cast<int>(v.groups.size());
-        v.groups.push_back({ViewSide::Logical, ViewGroupKind::Stage, "stage " + std::to_string(s.id) + ": " + ops, -1, -1, -1, s.id});
-    }
-    // Parallel groups: ranks, and microbatches inside them.
-    std::vector<int> rankGroup(plan.ranks.size(), -1);
-    std::map<std::pair<std::int32_t, std::int32_t>, int> mbGroup;
-    for (std::int32_t r = 0; r < static_cast<std::int32_t>(plan.ranks.size()); ++r) {
-        if (options.collapsedRanks.count(r)) continue;
-        rankGroup[r] = static_cast<int>(v.groups.size());
-        v.groups.push_back({ViewSide::Parallel, ViewGroupKind::Rank, "rank " + std::to_string(r) + " (" + plan.coordinates(r) + ")", -1, r, -1, kNone});
-    }
-    auto parallelGroup = [&](std::int32_t rank, std::int32_t mb) -> int {
-        if (rank < 0 || rank >= static_cast<std::int32_t>(rankGroup.size()) || rankGroup[rank] < 0) return -1;
-        if (!options.groupMicrobatches || mb < 0) return rankGroup[rank];
-        auto [it, fresh] = mbGroup.emplace(std::pair(rank, mb), static_cast<int>(v.groups.size()));
-        if (fresh) v.groups.push_back({ViewSide::Parallel, ViewGroupKind::Microbatch, "microbatch " + std::to_string(mb), rankGroup[rank], rank, mb, kNone});
-        return it->second;
+        return stageGroup[stage] = addGroup({ViewSide::Logical, ViewGroupKind::Stage, "stage " + std::to_string(s.id) + ": " + ops, parent, -1, -1, s.id, -1});
     };
 
     auto addNode = [&](ViewNode n) {
         v.nodes.push_back(std::move(n));
         return static_cast<int>(v.nodes.size() - 1);
     };
-    auto opNode = [&](ViewSide side, const Graph& g, OpId op, std::uint32_t stage, int group) {
+    auto opNode = [&](ViewSide side, const Graph& g, OpId op, std::uint32_t stage, int group, int layer) {
         ViewNode n;
         n.side = side;
         n.kind = ViewNodeKind::Op;
@@ -246,11 +370,12 @@ PlanView buildPlanView(const Plan& plan, const StagePlan& stages, const ViewOpti
         n.label = std::string(reg.spec(g.ops[op].kind).name);
         n.stage = stage;
         n.group = group;
+        n.layer = layer;
         n.width = labelWidth(n.name, n.label);
         n.height = 30;
         return addNode(std::move(n));
     };
-    auto tensorNode = [&](ViewSide side, const Graph& g, TensorId t, std::uint32_t stage, int group) {
+    auto tensorNode = [&](ViewSide side, const Graph& g, TensorId t, std::uint32_t stage, int group, int layer) {
         ViewNode n;
         n.side = side;
         n.kind = ViewNodeKind::Tensor;
@@ -259,15 +384,37 @@ PlanView buildPlanView(const Plan& plan, const StagePlan& stages, const ViewOpti
         n.label = shapeToString(plan.shape(g, t));
         n.stage = stage;
         n.group = group;
+        n.layer = layer;
         n.width = labelWidth(n.name, n.label) - 4;
         n.height = 26;
         return addNode(std::move(n));
     };
+    auto collapsedLayerNode = [&](int layer, int group) {
+        auto& info = v.layers[layer];
+        if (info.node >= 0) return info.node;
+        ViewNode n;
+        n.side = info.side;
+        n.kind = ViewNodeKind::CollapsedLayer;
+        n.id = static_cast<std::uint32_t>(layer);
+        n.name = info.layer + " " + std::string(toString(info.phase));
+        n.label = std::to_string(info.ops) + " ops, " + std::to_string(info.stages) + " stages";
+        n.group = group;
+        n.layer = layer;
+        n.width = labelWidth(n.name, n.label) + 20;
+        n.height = 40;
+        return info.node = addNode(std::move(n));
+    };
 
-    // Logical nodes.
+    // Logical nodes: ops in collapsed layers become their layer's node.
     for (OpId op : L.topo) {
         const auto stage = lOpStage[op];
-        v.logicalOpNode[op] = opNode(ViewSide::Logical, L, op, stage, stage != kNone && stageGroup.count(stage) ? stageGroup[stage] : -1);
+        const int layer = lOpLayer[op];
+        if (layer >= 0 && v.layers[layer].collapsed) {
+            v.logicalOpNode[op] = collapsedLayerNode(layer, -1);
+            continue;
+        }
+        const int parent = layer >= 0 ? layerGroupFor(layer, -1) : -1;
+        v.logicalOpNode[op] = opNode(ViewSide::Logical, L, op, stage, stageGroupFor(stage, parent), layer);
     }
     std::vector<bool> lineageTensorL(L.tensors.size(), false), lineageTensorP(P.tensors.size(), false);
     for (const auto& rec : plan.lineage) {
@@ -276,10 +423,23 @@ PlanView buildPlanView(const Plan& plan, const StagePlan& stages, const ViewOpti
             for (const auto& c : sl.copies)
                 for (const auto& t : c) lineageTensorP[t.tensor] = true;
     }
+    // A tensor sits with its producer, or (an input) with its first consumer; inside a collapsed
+    // layer it is that layer's node.
+    auto homeOp = [](const Graph& g, TensorId t) -> OpId {
+        if (g.tensors[t].producer != kNone) return g.tensors[t].producer;
+        auto cons = g.consumers(t);
+        return cons.empty() ? kNone : cons[0];
+    };
     for (TensorId t = 0; t < L.tensors.size(); ++t) {
         if (!lineageTensorL[t]) continue;
-        auto prod = L.tensors[t].producer;
-        v.logicalTensorNode[t] = tensorNode(ViewSide::Logical, L, t, lTensorStage[t], prod != kNone ? v.nodes[v.logicalOpNode[prod]].group : -1);
+        const OpId home = homeOp(L, t);
+        const int homeNode = home != kNone ? v.logicalOpNode[home] : -1;
+        if (homeNode >= 0 && v.nodes[homeNode].kind == ViewNodeKind::CollapsedLayer) {
+            v.logicalTensorNode[t] = homeNode;
+            continue;
+        }
+        const int group = L.tensors[t].producer != kNone ? v.nodes[homeNode].group : -1;
+        v.logicalTensorNode[t] = tensorNode(ViewSide::Logical, L, t, lTensorStage[t], group, L.tensors[t].producer != kNone ? v.nodes[homeNode].layer : -1);
     }
 
     // Parallel nodes: each op lives on its home rank (its own, or its first output's for a collective).
@@ -301,7 +461,14 @@ PlanView buildPlanView(const Plan& plan, const StagePlan& stages, const ViewOpti
             v.parallelOpNode[op] = v.rankNode[r];
             continue;
         }
-        v.parallelOpNode[op] = opNode(ViewSide::Parallel, P, op, pOpStage[op], parallelGroup(r, P.ops[op].microbatch));
+        const int container = parallelGroup(r, P.ops[op].microbatch);
+        const int layer = pOpLayer[op];
+        if (layer >= 0 && v.layers[layer].collapsed) {
+            v.parallelOpNode[op] = collapsedLayerNode(layer, container);
+            continue;
+        }
+        const int group = layer >= 0 ? layerGroupFor(layer, container) : container;
+        v.parallelOpNode[op] = opNode(ViewSide::Parallel, P, op, pOpStage[op], group, layer);
     }
     for (TensorId t = 0; t < P.tensors.size(); ++t) {
         if (!lineageTensorP[t]) continue;
@@ -310,7 +477,18 @@ PlanView buildPlanView(const Plan& plan, const StagePlan& stages, const ViewOpti
             v.parallelTensorNode[t] = v.rankNode[r];
             continue;
         }
-        v.parallelTensorNode[t] = tensorNode(ViewSide::Parallel, P, t, pTensorStage[t], parallelGroup(r, P.tensors[t].microbatch));
+        const OpId home = homeOp(P, t);
+        const int homeNode = home != kNone ? v.parallelOpNode[home] : -1;
+        if (homeNode >= 0 && v.nodes[homeNode].kind == ViewNodeKind::CollapsedLayer) {
+            v.parallelTensorNode[t] = homeNode;
+            continue;
+        }
+        int group = parallelGroup(r, P.tensors[t].microbatch), layer = -1;
+        if (P.tensors[t].producer != kNone && homeNode >= 0 && v.nodes[homeNode].kind == ViewNodeKind::Op) {
+            group = v.nodes[homeNode].group;
+            layer = v.nodes[homeNode].layer;
+        }
+        v.parallelTensorNode[t] = tensorNode(ViewSide::Parallel, P, t, pTensorStage[t], group, layer);
     }
 
     // Dataflow: producer -> (tensor node) -> consumer, deduplicated, no self-loops.
@@ -325,13 +503,23 @@ PlanView buildPlanView(const Plan& plan, const StagePlan& stages, const ViewOpti
             int prod = g.tensors[t].producer == kNone ? -1 : opNode[g.tensors[t].producer];
             int tn = tensorNode[t];
             if (tn >= 0) add(prod, tn, t);
-            for (auto c : g.consumers(t)) add(tn >= 0 ? tn : prod, opNode[c], t);
+            const int from = tn >= 0 ? tn : prod;
+            for (auto c : g.consumers(t)) {
+                // An input shared by every layer (RoPE tables, the mask) is not drawn into each
+                // collapsed layer: a fan of identical edges says nothing and tangles the layout.
+                const int to = opNode[c];
+                if (g.tensors[t].producer == kNone && to >= 0 && from != to && v.nodes[to].kind == ViewNodeKind::CollapsedLayer &&
+                    layerOfName(plan.tensorName(g, t)) != v.layers[v.nodes[to].layer].layer)
+                    continue;
+                add(from, to, t);
+            }
         }
     };
     dataflow(L, v.logicalOpNode, v.logicalTensorNode, v.logicalEdges);
     dataflow(P, v.parallelOpNode, v.parallelTensorNode, v.parallelEdges);
 
-    // Lineage edges, styled by kind.
+    // Lineage edges, styled by kind; one per pair of nodes where either side is collapsed.
+    auto isCollapsed = [&](int node) { return v.nodes[node].kind == ViewNodeKind::CollapsedRank || v.nodes[node].kind == ViewNodeKind::CollapsedLayer; };
     std::unordered_set<std::uint64_t> seenLineage;
     for (std::uint32_t r = 0; r < plan.lineage.size(); ++r) {
         const auto& rec = plan.lineage[r];
@@ -344,13 +532,24 @@ PlanView buildPlanView(const Plan& plan, const StagePlan& stages, const ViewOpti
                     int pn = v.parallelTensorNode[t.tensor];
                     if (ln < 0 || pn < 0) continue;
                     auto kind = c.size() > 1 ? LineageKind::PartialSum : (whole ? LineageKind::Replica : LineageKind::Shard);
-                    if (v.nodes[pn].kind == ViewNodeKind::CollapsedRank) {
+                    if (isCollapsed(ln) || isCollapsed(pn)) {
                         auto key = (static_cast<std::uint64_t>(ln) << 32) | static_cast<std::uint32_t>(pn);
                         if (!seenLineage.insert(key).second) continue;
                     }
                     v.lineage.push_back({ln, pn, kind, t.coeff, r});
                 }
         }
+    }
+
+    // Which nodes implement each stage, on either side (collapsed nodes stand for their ops).
+    v.stageNodes.assign(stageCount, {});
+    for (const auto& s : stages.stages) {
+        auto& list = v.stageNodes[s.id];
+        for (auto op : s.logicalOps) list.push_back(v.logicalOpNode[op]);
+        for (auto op : s.parallelOps) list.push_back(v.parallelOpNode[op]);
+        list.erase(std::remove(list.begin(), list.end(), -1), list.end());
+        std::sort(list.begin(), list.end());
+        list.erase(std::unique(list.begin(), list.end()), list.end());
     }
     return v;
 }

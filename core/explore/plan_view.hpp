@@ -1,7 +1,9 @@
 // What the explorer draws, computed without Qt: the logical and the parallel graph as nodes
 // (ops, and the tensors that lineage names), dataflow edges, lineage edges between the two sides,
 // and the groups (stages on the logical side; ranks and microbatches on the parallel side).
-// Ranks can be collapsed into one node each, so only what is expanded is laid out.
+// Ranks can be collapsed into one node each, and layers (ops named `layers.N...`, one group per
+// phase) into one node per container (the logical graph, or a rank and microbatch), so only what
+// is expanded is laid out.
 #pragma once
 
 #include <array>
@@ -17,20 +19,21 @@
 namespace tv {
 
 enum class ViewSide : std::uint8_t { Logical, Parallel };
-enum class ViewNodeKind : std::uint8_t { Op, Tensor, CollapsedRank };
+enum class ViewNodeKind : std::uint8_t { Op, Tensor, CollapsedRank, CollapsedLayer };
 enum class LineageKind : std::uint8_t { Shard, Replica, PartialSum };
-enum class ViewGroupKind : std::uint8_t { Stage, Rank, Microbatch };
+enum class ViewGroupKind : std::uint8_t { Stage, Rank, Microbatch, Layer };
 
 std::string_view toString(LineageKind k);
 
 struct ViewNode {
     ViewSide side = ViewSide::Logical;
     ViewNodeKind kind = ViewNodeKind::Op;
-    std::uint32_t id = kNone;       ///< OpId, TensorId, or rank for a collapsed rank
+    std::uint32_t id = kNone;       ///< OpId, TensorId, rank for a collapsed rank, PlanView::layers index for a collapsed layer
     std::string label;              ///< op kind, tensor name, or rank summary
     std::string name;               ///< op or tensor id
     int group = -1;                 ///< index into PlanView::groups
     std::uint32_t stage = kNone;    ///< the stage that proves this op or tensor, if any
+    int layer = -1;                 ///< PlanView::layers index of the layer group it belongs to, if any
     double width = 0, height = 0;   ///< points
 };
 
@@ -53,11 +56,37 @@ struct ViewGroup {
     int parent = -1;
     std::int32_t rank = -1, microbatch = -1;
     std::uint32_t stage = kNone;
+    int layer = -1;                 ///< PlanView::layers index (Layer groups)
 };
+
+/// One layer group: the ops of one model layer in one phase (forward, backward, optimizer), on the
+/// logical side or in one rank and microbatch of the parallel side.
+struct ViewLayer {
+    ViewSide side = ViewSide::Logical;
+    std::int32_t rank = -1, microbatch = -1;
+    std::string layer;              ///< e.g. "layers.3"
+    Phase phase = Phase::Forward;
+    std::string key;                ///< what ViewOptions names it by
+    std::size_t ops = 0, stages = 0;
+    bool collapsed = false;
+    int node = -1;                  ///< the collapsed node, if collapsed
+    int group = -1;                 ///< the Layer group around its ops, if expanded and drawn
+};
+
+/// The layer a name belongs to: "layers.3" for "bw.layers.3.attention.wq.matmul", "h.0" for
+/// "h.0.mlp.c_fc"; empty when the name is in no numbered layer (layers, layer, h, blocks, block).
+std::string layerOfName(std::string_view name);
+/// How ViewOptions names a layer group.
+std::string layerKey(ViewSide side, std::int32_t rank, std::int32_t microbatch, const std::string& layer, Phase phase);
 
 struct ViewOptions {
     std::set<std::int32_t> collapsedRanks;
     bool groupMicrobatches = true;
+    /// A layer group is collapsed when its container (the logical graph, or its rank) has more ops
+    /// than this, unless named in expandedLayers; groups named in collapsedLayers always are.
+    std::size_t collapseLayersAbove = 600;
+    std::set<std::string> expandedLayers, collapsedLayers;
+    static constexpr std::size_t kNever = static_cast<std::size_t>(-1);
 };
 
 struct PlanView {
@@ -68,12 +97,19 @@ struct PlanView {
     std::vector<int> logicalOpNode, parallelOpNode;          ///< OpId -> node (-1: hidden)
     std::vector<int> logicalTensorNode, parallelTensorNode;  ///< TensorId -> node (-1: no node)
     std::vector<int> rankNode;                               ///< rank -> collapsed node (-1: expanded)
+    std::vector<ViewLayer> layers;
+    std::vector<std::vector<int>> stageNodes;                ///< stage id -> op nodes (or collapsed nodes) implementing it
 
     std::size_t count(ViewSide side, ViewNodeKind kind) const;
     /// Nodes on the other side related to `node` by lineage or by implementing the same stage.
     std::vector<int> counterparts(int node) const;
+    /// Whether an edge is left out of layout and drawn afterwards: edges of collapsed ranks (a
+    /// collapsed rank can have thousands, which makes dot's crossing minimisation explode), and
+    /// edges from a layer's forward pass to its backward pass or optimizer update when either end
+    /// is a collapsed layer (long edges that would bend the chain of layers into a web).
+    bool drawnAfterLayout(const ViewEdge& e) const;
     /// The Graphviz request for one side, and the node index each request node stands for.
-    /// Edges of collapsed ranks are left out of layouts (they are drawn straight) unless asked for.
+    /// Edges drawnAfterLayout are left out unless asked for (for DOT export).
     LayoutRequest layoutRequest(ViewSide side, std::vector<int>& requestToNode, bool includeCollapsedEdges = false) const;
 };
 
@@ -101,7 +137,7 @@ struct ViewFilter {
     bool empty() const;
 };
 
-bool passesFilter(const Plan& plan, const ViewNode& node, const ViewFilter& filter);
+bool passesFilter(const Plan& plan, const PlanView& view, int node, const ViewFilter& filter);
 
 /// Ranks to collapse by default so a large plan opens quickly (empty when the plan is small).
 std::set<std::int32_t> defaultCollapsedRanks(const Plan& plan, std::size_t maxExpandedOps = 1500);
