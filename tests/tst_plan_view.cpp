@@ -1,6 +1,10 @@
 // The explorer's Qt-free model: the Graphviz facade on a known small graph, and the nodes,
 // lineage edges and groups built for each bundled example.
 #include <QtTest>
+#include <QRegularExpression>
+
+#include <map>
+#include <set>
 
 #include "explore/plan_view.hpp"
 #include "io/plan_json.hpp"
@@ -133,6 +137,172 @@ private slots:
         names.clear();
         for (int n : view.counterparts(h)) names << QString::fromStdString(view.nodes[n].name);
         QCOMPARE(names, QStringList({"h@r0", "h@r1"}));
+    }
+
+    void layerNames_data() {
+        QTest::addColumn<QString>("name");
+        QTest::addColumn<QString>("layer");
+        QTest::newRow("forward op") << "layers.3.attention.wq" << "layers.3";
+        QTest::newRow("backward op") << "bw.layers.12.feed_forward.w2.matmul.2" << "layers.12";
+        QTest::newRow("optimizer op") << "optim.layers.0.ffn_norm.weight" << "layers.0";
+        QTest::newRow("parallel op") << "layers.1.attention.wo.all_reduce.mb0@r2" << "layers.1";
+        QTest::newRow("gpt2 block") << "h.0.mlp.c_fc" << "h.0";
+        QTest::newRow("blocks") << "model.blocks.7.attn" << "blocks.7";
+        QTest::newRow("number at the end") << "layers.5" << "layers.5";
+        QTest::newRow("no layer") << "tok_embeddings" << "";
+        QTest::newRow("numbered, not a layer") << "bw.output.matmul.2" << "";
+        QTest::newRow("number not a component") << "layers.3x.attn" << "";
+        QTest::newRow("no number") << "layers.attn" << "";
+        QTest::newRow("hand-written names") << "fc1_0" << "";
+        QTest::newRow("empty") << "" << "";
+    }
+    void layerNames() {
+        QFETCH(QString, name);
+        QFETCH(QString, layer);
+        QCOMPARE(QString::fromStdString(layerOfName(name.toStdString())), layer);
+    }
+
+    void collapsedLayersBecomeOneNodeEach() {
+        auto plan = load("gpt2-pp2.json");
+        const auto stages = cutStages(*plan);
+        // The oracle: layer membership read from the names with a regular expression.
+        const QRegularExpression layerRe(QStringLiteral("(?:^|\\.)((?:layers|layer|h|blocks|block)\\.\\d+)(?:\\.|$)"));
+        auto layerOf = [&](const std::string& name) {
+            auto m = layerRe.match(QString::fromStdString(name));
+            return m.hasMatch() ? m.captured(1).toStdString() : std::string();
+        };
+        std::map<std::pair<std::string, int>, int> logicalGroups;
+        int outside = 0;
+        for (OpId op = 0; op < plan->logical.ops.size(); ++op) {
+            auto layer = layerOf(plan->opName(plan->logical, op));
+            if (layer.empty()) ++outside;
+            else ++logicalGroups[{layer, static_cast<int>(plan->logical.ops[op].phase)}];
+        }
+        QVERIFY(logicalGroups.size() >= 6);  // two blocks, forward, backward and optimizer each
+
+        ViewOptions opts;
+        opts.collapseLayersAbove = 0;
+        auto view = buildPlanView(*plan, stages, opts);
+        QCOMPARE(static_cast<int>(view.count(ViewSide::Logical, ViewNodeKind::CollapsedLayer)), static_cast<int>(logicalGroups.size()));
+        QCOMPARE(static_cast<int>(view.count(ViewSide::Logical, ViewNodeKind::Op)), outside);
+        for (OpId op = 0; op < plan->logical.ops.size(); ++op) {
+            const auto& n = view.nodes[view.logicalOpNode[op]];
+            const auto layer = layerOf(plan->opName(plan->logical, op));
+            if (layer.empty()) {
+                QVERIFY(n.kind == ViewNodeKind::Op);
+                continue;
+            }
+            QVERIFY(n.kind == ViewNodeKind::CollapsedLayer);
+            QCOMPARE(view.layers[n.id].layer, layer);
+            QVERIFY(view.layers[n.id].phase == plan->logical.ops[op].phase);
+            QCOMPARE(static_cast<int>(view.layers[n.id].ops), (logicalGroups[{layer, static_cast<int>(plan->logical.ops[op].phase)}]));
+        }
+        // Parallel ops in layers sit in their rank's and microbatch's layer node.
+        int parallelInLayers = 0;
+        for (OpId op = 0; op < plan->parallel.ops.size(); ++op) {
+            const auto layer = layerOf(plan->opName(plan->parallel, op));
+            if (layer.empty()) continue;
+            ++parallelInLayers;
+            const auto& n = view.nodes[view.parallelOpNode[op]];
+            QVERIFY(n.layer >= 0);
+            const auto& info = view.layers[n.layer];
+            // A group of one op (a send on the receiving rank) is left as it is.
+            if (info.ops == 1) QVERIFY(n.kind == ViewNodeKind::Op);
+            else QVERIFY2(n.kind == ViewNodeKind::CollapsedLayer, plan->opName(plan->parallel, op).c_str());
+            QCOMPARE(info.layer, layer);
+            QCOMPARE(info.rank, plan->parallel.homeRank(op));
+            QCOMPARE(info.microbatch, plan->parallel.ops[op].microbatch);
+        }
+        QVERIFY(parallelInLayers > 100);
+        // No group is empty, and the forward-to-backward edges of collapsed layers stay out of layout.
+        std::vector<int> members(view.groups.size(), 0);
+        for (const auto& n : view.nodes)
+            if (n.group >= 0) ++members[n.group];
+        for (std::size_t g = 0; g < view.groups.size(); ++g)
+            if (view.groups[g].parent >= 0) ++members[view.groups[g].parent];
+        for (std::size_t g = 0; g < view.groups.size(); ++g) QVERIFY2(members[g] > 0, view.groups[g].label.c_str());
+        int afterLayout = 0;
+        for (const auto& e : view.logicalEdges) {
+            if (!view.drawnAfterLayout(e)) continue;
+            ++afterLayout;
+            QVERIFY(view.layers[view.nodes[e.from].layer].phase == Phase::Forward);
+        }
+        QVERIFY(afterLayout >= 2);
+        auto placed = placePlanView(view);
+        QVERIFY2(placed.error.empty(), placed.error.c_str());
+        for (std::size_t e = 0; e < placed.dataflowPaths.size(); ++e) QVERIFY(placed.dataflowPaths[e].size() >= 4);
+
+        // Expanding one group brings back exactly its ops, inside a band for that layer.
+        const auto key = layerKey(ViewSide::Logical, -1, -1, "h.0", Phase::Forward);
+        opts.expandedLayers = {key};
+        auto one = buildPlanView(*plan, stages, opts);
+        const int h0forward = logicalGroups[{"h.0", static_cast<int>(Phase::Forward)}];
+        QVERIFY(h0forward > 10);
+        QCOMPARE(static_cast<int>(one.count(ViewSide::Logical, ViewNodeKind::Op)), outside + h0forward);
+        QCOMPARE(static_cast<int>(one.count(ViewSide::Logical, ViewNodeKind::CollapsedLayer)), static_cast<int>(logicalGroups.size()) - 1);
+        int bands = 0;
+        for (const auto& g : one.groups)
+            if (g.kind == ViewGroupKind::Layer && g.side == ViewSide::Logical) {
+                ++bands;
+                QCOMPARE(one.layers[g.layer].key, key);
+            }
+        QCOMPARE(bands, 1);
+        QVERIFY(placePlanView(one).error.empty());
+
+        // Named groups are collapsed whatever the size rule says; small plans collapse nothing.
+        ViewOptions never;
+        never.collapseLayersAbove = ViewOptions::kNever;
+        never.collapsedLayers = {key};
+        auto forced = buildPlanView(*plan, stages, never);
+        QCOMPARE(static_cast<int>(forced.count(ViewSide::Logical, ViewNodeKind::CollapsedLayer)), 1);
+        QCOMPARE(static_cast<int>(forced.count(ViewSide::Parallel, ViewNodeKind::CollapsedLayer)), 0);
+        auto defaults = buildPlanView(*plan, stages, {});
+        QCOMPARE(static_cast<int>(defaults.count(ViewSide::Logical, ViewNodeKind::CollapsedLayer)), 0);
+        QCOMPARE(static_cast<int>(defaults.count(ViewSide::Logical, ViewNodeKind::Op)), static_cast<int>(plan->logical.ops.size()));
+    }
+
+    void collapsedLayersKeepCounterpartsAndFilters() {
+        auto plan = load("gpt2-pp2.json");
+        ViewOptions opts;
+        opts.collapseLayersAbove = 0;
+        auto view = buildPlanView(*plan, cutStages(*plan), opts);
+        int logicalH1Backward = -1;
+        for (std::size_t i = 0; i < view.layers.size(); ++i)
+            if (view.layers[i].side == ViewSide::Logical && view.layers[i].layer == "h.1" && view.layers[i].phase == Phase::Backward)
+                logicalH1Backward = view.layers[i].node;
+        QVERIFY(logicalH1Backward >= 0);
+        auto others = view.counterparts(logicalH1Backward);
+        std::set<int> microbatches;
+        for (int n : others) {
+            QVERIFY(view.nodes[n].side == ViewSide::Parallel);
+            if (view.nodes[n].kind == ViewNodeKind::CollapsedLayer && view.layers[view.nodes[n].id].layer == "h.1" &&
+                view.layers[view.nodes[n].id].phase == Phase::Backward)
+                microbatches.insert(view.layers[view.nodes[n].id].microbatch);
+        }
+        // Block 1's backward pass of every microbatch, and the gradient accumulation (no microbatch).
+        QCOMPARE(microbatches, (std::set<int>{-1, 0, 1}));
+        // Filters see a collapsed layer's phase, rank and microbatch.
+        ViewFilter backward;
+        backward.phase = static_cast<int>(Phase::Backward);
+        QVERIFY(passesFilter(*plan, view, logicalH1Backward, backward));
+        ViewFilter forward;
+        forward.phase = static_cast<int>(Phase::Forward);
+        QVERIFY(!passesFilter(*plan, view, logicalH1Backward, forward));
+        for (int n : others) {
+            const auto& info = view.layers[view.nodes[n].id];
+            if (view.nodes[n].kind != ViewNodeKind::CollapsedLayer) continue;
+            ViewFilter rank;
+            rank.rank = info.rank;
+            QVERIFY(passesFilter(*plan, view, n, rank));
+            rank.rank = info.rank + 1;
+            QVERIFY(!passesFilter(*plan, view, n, rank));
+            ViewFilter mb;
+            mb.microbatch = info.microbatch;
+            QVERIFY(passesFilter(*plan, view, n, mb));
+            ViewFilter kind;
+            kind.opKind = "matmul";
+            QVERIFY(!passesFilter(*plan, view, n, kind));
+        }
     }
 
     void collapsedRanksBecomeOneNodeEach() {

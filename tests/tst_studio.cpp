@@ -172,6 +172,79 @@ private slots:
             }
     }
 
+    void collapseAndExpandLayersWithTheMouse() {
+        MainWindow w;
+        w.resize(1400, 900);
+        w.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        QVERIFY(openAndWait(w, example(QStringLiteral("gpt2-pp2.json"))));
+        QSignalSpy loaded(&w, &MainWindow::planLoaded);
+        w.setLayersCollapsed(true);
+        QVERIFY(loaded.wait(60000));
+        const int folded = nodeNamed(w.scene(), "h.0 forward", ViewSide::Logical);
+        QVERIFY(folded >= 0);
+        QVERIFY(w.scene()->loaded()->view.nodes[folded].kind == ViewNodeKind::CollapsedLayer);
+        QVERIFY(nodeNamed(w.scene(), "h.0.attn.scores", ViewSide::Logical) < 0);
+        auto doubleClick = [&](QPointF scenePos) {
+            w.view()->centerOn(scenePos);
+            QTest::mouseDClick(w.view()->viewport(), Qt::LeftButton, {}, w.view()->mapFromScene(scenePos));
+        };
+        // Double-clicking the collapsed layer lays out its ops inside a band for the layer.
+        doubleClick(w.scene()->itemForNode(folded)->sceneBoundingRect().center());
+        QVERIFY(loaded.wait(60000));
+        const auto& open = w.scene()->loaded()->view;
+        QVERIFY(nodeNamed(w.scene(), "h.0.attn.scores", ViewSide::Logical) >= 0);
+        QCOMPARE(nodeNamed(w.scene(), "h.0 forward", ViewSide::Logical), -1);
+        QCOMPARE(w.scene()->groupItemCount(ViewGroupKind::Layer), 1);
+        int band = -1;
+        for (std::size_t g = 0; g < open.groups.size(); ++g)
+            if (open.groups[g].kind == ViewGroupKind::Layer) band = static_cast<int>(g);
+        QVERIFY(band >= 0);
+        // Double-clicking the band (its label corner, clear of every op) folds the layer again.
+        const auto& r = w.scene()->loaded()->placed.groupRects[band];
+        doubleClick(QPointF(r.x + 3, r.y + 3));
+        QVERIFY(loaded.wait(60000));
+        QVERIFY(nodeNamed(w.scene(), "h.0 forward", ViewSide::Logical) >= 0);
+        QCOMPARE(w.scene()->groupItemCount(ViewGroupKind::Layer), 0);
+        // Expand all: no collapsed layer anywhere.
+        w.setLayersCollapsed(false);
+        QVERIFY(loaded.wait(60000));
+        QCOMPARE(static_cast<int>(w.scene()->loaded()->view.count(ViewSide::Logical, ViewNodeKind::CollapsedLayer)), 0);
+        QCOMPARE(static_cast<int>(w.scene()->loaded()->view.count(ViewSide::Parallel, ViewNodeKind::CollapsedLayer)), 0);
+    }
+
+    void findRevealsWhatCollapsedRanksAndLayersHide() {
+        MainWindow w;
+        QVERIFY(openAndWait(w, example(QStringLiteral("gpt2-pp2.json"))));
+        QSignalSpy loaded(&w, &MainWindow::planLoaded);
+        w.setRanksCollapsed(true);
+        QVERIFY(loaded.wait(60000));
+        w.setLayersCollapsed(true);
+        QVERIFY(loaded.wait(60000));
+        // A parallel op folded into a collapsed rank (and, once that is open, a collapsed layer).
+        w.find(QStringLiteral("h.1.mlp.gelu.mb1@"));
+        QVERIFY(w.findModel()->rowCount() >= 1);  // the op, and its output tensor if that has lineage
+        QVERIFY(w.findModel()->hitAt(0)->op);
+        QVERIFY(w.findModel()->folded(0));
+        QVERIFY(w.findModel()->data(w.findModel()->index(0, 0)).toString().contains(QStringLiteral("in collapsed rank")));
+        // A click selects what holds it; activating it expands the rank, then the layer, then selects the op.
+        w.activateFindResult(0, false);
+        QVERIFY(w.scene()->selectedNode() >= 0);
+        QVERIFY(w.scene()->loaded()->view.nodes[w.scene()->selectedNode()].kind == ViewNodeKind::CollapsedRank);
+        w.activateFindResult(0, true);
+        for (int i = 0; i < 4 && (w.scene()->selectedNode() < 0 || w.scene()->loaded()->view.nodes[w.scene()->selectedNode()].kind != ViewNodeKind::Op); ++i)
+            QVERIFY(loaded.wait(60000));
+        const auto& view = w.scene()->loaded()->view;
+        QVERIFY(w.scene()->selectedNode() >= 0);
+        const auto& n = view.nodes[w.scene()->selectedNode()];
+        QVERIFY(n.kind == ViewNodeKind::Op);
+        QVERIFY(QString::fromStdString(n.name).startsWith(QStringLiteral("h.1.mlp.gelu.mb1@")));
+        QVERIFY(!w.findModel()->folded(0));
+        // Collapsed layers are found by their own names too.
+        w.find(QStringLiteral("h.0 backward"));
+        QVERIFY(w.findModel()->rowCount() >= 1);
+    }
+
     void newerJobsWinAndTogglesAccumulate() {
         MainWindow w;
         QVERIFY(openAndWait(w, example(QStringLiteral("mlp4-dp2-tp2-pp2.json"))));

@@ -148,8 +148,10 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     findDock->setWidget(findPanel);
     addDockWidget(Qt::LeftDockWidgetArea, findDock);
     connect(findEdit_, &QLineEdit::textChanged, this, &MainWindow::find);
-    connect(findList_, &QListView::activated, this, [this](const QModelIndex& i) { activateFindResult(i.row()); });
-    connect(findList_, &QListView::clicked, this, [this](const QModelIndex& i) { activateFindResult(i.row()); });
+    // A click shows a match (or the collapsed rank or layer holding it); activating it (Enter,
+    // double-click) also expands what holds it.
+    connect(findList_, &QListView::activated, this, [this](const QModelIndex& i) { activateFindResult(i.row(), true); });
+    connect(findList_, &QListView::clicked, this, [this](const QModelIndex& i) { activateFindResult(i.row(), false); });
 
     statusPlan_ = new QLabel(this);
     statusZoom_ = new QLabel(this);
@@ -404,6 +406,10 @@ void MainWindow::onLoaded(quint64 id, std::shared_ptr<LoadedPlan> loaded, const 
     }
     inspector_->show(nullptr, -1);
     if (!samePlan) view_->showStart();
+    if (pendingReveal_) {
+        if (samePlan) reveal(*pendingReveal_);
+        else pendingReveal_.reset();
+    }
     rememberRecent(currentPath_);
     setWindowTitle(tr("%1 — TrainVerify Studio").arg(QFileInfo(currentPath_).fileName()));
     updateStatus();
@@ -511,9 +517,36 @@ void MainWindow::find(const QString& query) {
     statusBar()->showMessage(tr("%n match(es)", nullptr, findModel_->rowCount()), 3000);
 }
 
-void MainWindow::activateFindResult(int row) {
-    const int node = findModel_->nodeAt(row);
+void MainWindow::activateFindResult(int row, bool expand) {
+    const auto* hit = findModel_->hitAt(row);
+    if (!hit) return;
+    if (expand && findModel_->folded(row)) {
+        revealSteps_ = 0;
+        reveal(*hit);
+        return;
+    }
+    if (findModel_->folded(row)) statusBar()->showMessage(tr("Folded into %1: press Enter or double-click the match to expand it.")
+                                                              .arg(QString::fromStdString(scene_->loaded()->view.nodes[hit->node].name)),
+                                                          5000);
+    scene_->selectNode(hit->node);
+    view_->centerOnItem(scene_->itemForNode(hit->node));
+}
+
+void MainWindow::reveal(const FindHit& hit) {
+    const auto* l = scene_->loaded();
+    pendingReveal_.reset();
+    if (!l) return;
+    const int node = nodeShowing(l->view, hit);
     if (node < 0) return;
+    const auto& n = l->view.nodes[node];
+    // A rank holds layers, so revealing can take two expansions; never more than a few.
+    if ((n.kind == ViewNodeKind::CollapsedRank || n.kind == ViewNodeKind::CollapsedLayer) && revealSteps_ < 4) {
+        ++revealSteps_;
+        pendingReveal_ = hit;
+        if (n.kind == ViewNodeKind::CollapsedRank) toggleRank(static_cast<std::int32_t>(n.id));
+        else toggleLayer(l->view.layers[n.id].key);
+        return;
+    }
     scene_->selectNode(node);
     view_->centerOnItem(scene_->itemForNode(node));
 }

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 
+#include "find_model.hpp"
 #include "plan_scene.hpp"
 
 class QComboBox;
@@ -20,7 +21,6 @@ namespace tv::ui {
 class GraphView;
 class Minimap;
 class Inspector;
-class FindResultsModel;
 
 /// Reads, cuts stages, builds the view and lays it out: everything a plan needs, off the GUI thread.
 std::shared_ptr<LoadedPlan> loadPlan(const QString& path, const std::set<std::int32_t>* collapsed, QString* error);
@@ -41,7 +41,8 @@ public:
     Inspector* inspector() const { return inspector_; }
     FindResultsModel* findModel() const { return findModel_; }
     void find(const QString& query);
-    void activateFindResult(int row);
+    /// Selects a Find match; with `expand`, first expands the collapsed rank or layer holding it.
+    void activateFindResult(int row, bool expand = true);
     bool exportImage(const QString& path);
     bool exportDot(const QString& path);
     void setRanksCollapsed(bool collapsed);
@@ -70,6 +71,7 @@ private:
     void onNodeActivated(int node);
     void onGroupActivated(int group);
     void relayout(ViewOptions options);
+    void reveal(const FindHit& hit);
     void rememberRecent(const QString& path);
     void rebuildRecentMenu();
     void showGallery();
@@ -98,7 +100,9 @@ private:
     bool updatingFilterBar_ = false;
     quint64 jobId_ = 0;       ///< the newest job; results of older ones are dropped
     int runningJobs_ = 0;
-    std::optional<ViewOptions> pendingOptions_;  ///< options of the newest re-layout not yet shown
+    std::optional<ViewOptions> pendingOptions_;
+    std::optional<FindHit> pendingReveal_;  ///< a Find match to select once what folds it is expanded
+    int revealSteps_ = 0;  ///< options of the newest re-layout not yet shown
     QString currentPath_;
     bool dark_ = false;
 };
