@@ -28,7 +28,7 @@ void locateParallelOp(const Plan& plan, OpId op, Failure& f) {
 
 }  // namespace
 
-StagePlan cutStages(const Plan& plan) {
+StagePlan cutStages(const Plan& plan, const std::vector<bool>* assumed) {
     const auto& L = plan.logical;
     const auto& P = plan.parallel;
     const auto nrec = static_cast<std::uint32_t>(plan.lineage.size());
@@ -48,6 +48,7 @@ StagePlan cutStages(const Plan& plan) {
     for (std::uint32_t r = 0; r < nrec; ++r) {
         auto t = plan.lineage[r].logical;
         if (L.tensors[t].producer == kNone && !seenLogical[t]) initial[r] = true;
+        if (assumed && r < assumed->size() && (*assumed)[r]) initial[r] = true;
         seenLogical[t] = true;
         if (initial[r]) sp.initialRecords.push_back(r);
     }
@@ -237,6 +238,12 @@ std::string structuralKey(const Plan& plan, const Stage& stage) {
     auto record = [&](std::uint32_t r, char tag) {
         const auto& rec = plan.lineage[r];
         key += tag;
+        if (rec.replicas != ReplicaMode::None) {
+            // How the record repeats across replicas is part of the obligation.
+            key += "R";
+            num(static_cast<int>(rec.replicas));
+            num(rec.splitDim);
+        }
         tensor(lId, L, rec.logical);
         for (const auto& s : rec.slices) {
             key += '[';
@@ -261,6 +268,8 @@ std::string structuralKey(const Plan& plan, const Stage& stage) {
             key += tag;
             num(g.ops[op].kind);
             num(g.ops[op].attrs == kNone ? -1 : static_cast<std::int64_t>(g.ops[op].attrs));
+            if (g.ops[op].acrossReplicas) key += 'X';
+            if (g.ops[op].indexFromReplica) key += 'K';
             for (auto t : g.inputs(op)) tensor(ids, g, t);
             key += '>';
             for (auto t : g.outputs(op)) tensor(ids, g, t);

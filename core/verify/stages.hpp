@@ -32,7 +32,9 @@ struct StagePlan {
     std::vector<std::string> warnings;              ///< e.g. logical outputs no lineage checks
 };
 
-StagePlan cutStages(const Plan& plan);
+/// `assumed` (optional, per lineage record) marks further records taken as assumptions: inputs
+/// proven elsewhere (a plan holding only some stages written out for every replica).
+StagePlan cutStages(const Plan& plan, const std::vector<bool>* assumed = nullptr);
 
 /// A canonical description of everything a stage's check depends on (op kinds, attributes and
 /// operand structure on both sides, tensor shapes and dtypes, the lineage boxes, terms and

@@ -9,6 +9,8 @@
 #include <thread>
 #include <unordered_map>
 
+#include "verify/symmetry.hpp"
+
 namespace tv {
 
 std::string_view toString(Verdict v) {
@@ -42,17 +44,9 @@ using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 }  // namespace
 
-// A plan stored with replicas is verified written out: every replica's ops and lineage.
-VerificationRun::VerificationRun(const Plan& plan, VerifyOptions opts)
-    : expanded_([&]() -> std::unique_ptr<const Plan> {
-          if (!plan.replication.active()) return nullptr;
-          auto t = Clock::now();
-          auto p = std::make_unique<const Plan>(expandReplicas(plan));
-          expandSeconds_ = since(t);
-          return p;
-      }()),
-      plan_(expanded_ ? *expanded_ : plan),
-      opts_(std::move(opts)) {}
+// A plan stored with replicas is verified as stored: replica 0's stages stand for every replica
+// where they can (symmetry.hpp); the rest are written out for every replica, one per class.
+VerificationRun::VerificationRun(const Plan& plan, VerifyOptions opts) : plan_(plan), opts_(std::move(opts)) {}
 
 void VerificationRun::cancel() {
     cancelled_.store(true);
@@ -65,7 +59,7 @@ VerifyReport VerificationRun::run() {
     auto t0 = Clock::now();
     rep.stagePlan = cutStages(plan_);
     rep.timing.cut = since(t0);
-    rep.timing.expand = expandSeconds_;
+    rep.timing.expand = 0;
     rep.warnings = rep.stagePlan.warnings;
     const auto& stages = rep.stagePlan.stages;
     rep.results.resize(stages.size());
@@ -96,8 +90,20 @@ VerifyReport VerificationRun::run() {
         running_.push_back(c);
         if (cancelled_.load()) c->interrupt();
     };
-    // Checks the listed stages on the pool; each result lands at its stage index.
-    auto runPool = [&](const std::vector<std::uint32_t>& work) {
+    // One check: a stage of some plan (the stored one, or stages written out for every replica),
+    // whose result lands at a stage index of the report.
+    struct Job {
+        const Plan* plan;
+        const Stage* stage;
+        std::uint32_t slot;
+    };
+    auto finish = [&](std::uint32_t i, StageResult r) {
+        r.stage = i;
+        if (r.failure) r.failure->stage = i;
+        rep.results[i] = std::move(r);
+        if (opts_.onStageDone) opts_.onStageDone(rep.results[i]);
+    };
+    auto runPool = [&](const std::vector<Job>& work) {
         std::atomic<std::size_t> next{0};
         auto worker = [&]() {
             z3::context* mine = nullptr;
@@ -114,15 +120,14 @@ VerifyReport VerificationRun::run() {
             for (;;) {
                 auto k = next.fetch_add(1);
                 if (k >= work.size()) break;
-                auto i = work[k];
+                const auto& job = work[k];
                 if (cancelled_.load()) {
-                    rep.results[i].status = StageStatus::Skipped;
+                    rep.results[job.slot].status = StageStatus::Skipped;
                     continue;
                 }
-                auto r = checkStage(plan_, stages[i], opts_.check, &local);
+                auto r = checkStage(*job.plan, *job.stage, opts_.check, &local);
                 if (cancelled_.load() && r.status == StageStatus::Inconclusive) r.status = StageStatus::Skipped;
-                rep.results[i] = std::move(r);
-                if (opts_.onStageDone) opts_.onStageDone(rep.results[i]);
+                finish(job.slot, std::move(r));
             }
         };
         unsigned n = std::min<unsigned>(jobs, static_cast<unsigned>(std::max<std::size_t>(1, work.size())));
@@ -131,6 +136,46 @@ VerifyReport VerificationRun::run() {
         std::vector<std::thread> pool;
         for (unsigned j = 0; j < std::max(1u, n); ++j) pool.emplace_back(worker);
         for (auto& t : pool) t.join();
+    };
+
+    // Stages of a plan stored with replicas that replica 0 cannot prove alone are checked written
+    // out for every replica; the written-out plans live until the run ends.
+    const bool replicated = plan_.replication.active();
+    std::vector<bool> local(stages.size(), true);
+    if (replicated)
+        for (std::uint32_t i = 0; i < stages.size(); ++i)
+            if (!decided[i]) local[i] = provenByReplicaZero(plan_, stages[i]);
+    std::vector<std::unique_ptr<ExpandedStages>> expansions;
+    std::vector<std::unique_ptr<StagePlan>> expandedCuts;
+    auto check = [&](const std::vector<std::uint32_t>& ids) {
+        std::vector<Job> work;
+        std::vector<std::uint32_t> cross;
+        for (auto i : ids) {
+            if (local[i]) work.push_back({&plan_, &stages[i], i});
+            else cross.push_back(i);
+        }
+        if (!cross.empty()) {
+            auto t = Clock::now();
+            auto x = std::make_unique<ExpandedStages>(expandStages(plan_, rep.stagePlan, cross));
+            auto xsp = std::make_unique<StagePlan>(cutStages(x->plan, &x->assumed));
+            rep.timing.expand += since(t);
+            // Each written-out stage proves the written-out form of one stored record.
+            auto slotOf = [&](std::uint32_t xstage) { return rep.stagePlan.stageOfRecord[x->origin[xsp->stages[xstage].output]]; };
+            std::vector<bool> broken(xsp->stages.size(), false);
+            for (const auto& f : xsp->structural) {
+                if (f.stage == kNone || broken[f.stage]) continue;
+                broken[f.stage] = true;
+                StageResult r;
+                r.status = StageStatus::Failed;
+                r.failure = f;
+                finish(slotOf(f.stage), std::move(r));
+            }
+            for (std::uint32_t j = 0; j < xsp->stages.size(); ++j)
+                if (!broken[j]) work.push_back({&x->plan, &xsp->stages[j], slotOf(j)});
+            expansions.push_back(std::move(x));
+            expandedCuts.push_back(std::move(xsp));
+        }
+        runPool(work);
     };
 
     // Isomorphic stages are proven once: the first stage of each structural key is checked;
@@ -151,7 +196,7 @@ VerifyReport VerificationRun::run() {
             firstWork.push_back(i);
         }
     }
-    runPool(firstWork);
+    check(firstWork);
     for (std::uint32_t i = 0; i < stages.size(); ++i) {
         if (decided[i] || representative[i] == i) continue;
         const auto& proof = rep.results[representative[i]];
@@ -165,7 +210,8 @@ VerifyReport VerificationRun::run() {
             secondWork.push_back(i);
         }
     }
-    runPool(secondWork);
+    check(secondWork);
+    rep.writtenOutStages = static_cast<std::uint32_t>(std::count(local.begin(), local.end(), false));
     rep.uniqueStages = static_cast<std::uint32_t>(firstWork.size() + secondWork.size());
     rep.timing.check = since(t1);
     rep.cancelled = cancelled_.load();
@@ -216,7 +262,7 @@ VerifyReport VerificationRun::run() {
     } else {
         rep.verdict = Verdict::Equivalent;
     }
-    rep.timing.total = since(t0) + expandSeconds_;
+    rep.timing.total = since(t0);
     return rep;
 }
 
@@ -250,6 +296,7 @@ nlohmann::json reportToJson(const VerifyReport& r) {
                    {"total", r.timing.total}};
     j["jobs"] = r.jobs;
     j["stages"]["unique"] = r.uniqueStages;
+    j["stages"]["written_out"] = r.writtenOutStages;
     if (r.failure) j["failure"] = r.failure->toJson();
     if (r.failures.size() > 1) {
         nlohmann::json all = nlohmann::json::array();
@@ -320,6 +367,8 @@ std::string reportToText(const VerifyReport& r, bool withStats) {
         std::snprintf(buf, sizeof buf, "  stages solved per second: %.1f\n", rate);
         os << buf;
         os << "  unique stages solved: " << r.uniqueStages << " of " << r.results.size() << " (isomorphic stages reuse a proof)\n";
+        if (r.writtenOutStages > 0)
+            os << "  stages tying replicas together: " << r.writtenOutStages << " (written out for every replica; replica 0 proves the rest)\n";
         os << "  output groups proven by simplify / solve-eqs / solver: " << t1 << " / " << t2 << " / " << t3 << "\n";
         os << "  tensor elements: " << full << " full, " << red << " after shape reduction\n";
         os << "  peak memory: " << peakMemoryKb() / 1024 << " MiB\n";

@@ -26,7 +26,7 @@ std::string_view headline(Verdict v);            ///< "EQUIVALENT", "NOT EQUIVAL
 int exitCode(Verdict v);                          ///< 0, 1, 2, 3
 
 struct Timing {
-    double load = 0, expand = 0, cut = 0, check = 0;  ///< wall-clock seconds per phase (expand: writing out replicas)
+    double load = 0, expand = 0, cut = 0, check = 0;  ///< wall-clock seconds per phase (expand: writing out the stages that tie replicas together)
     double reduce = 0, encode = 0, solve = 0;    ///< summed over stages (CPU-ish seconds)
     double total = 0;
 };
@@ -44,6 +44,9 @@ struct VerifyReport {
     bool cancelled = false;
     std::uint32_t passed = 0, failed = 0, inconclusive = 0, skipped = 0;
     std::uint32_t uniqueStages = 0;              ///< stages actually solved (the rest reuse an isomorphic proof)
+    /// In a plan stored with replicas: stages whose replicas are tied together (written out for
+    /// every replica when checked); the others are proven by replica 0's check.
+    std::uint32_t writtenOutStages = 0;
 };
 
 struct VerifyOptions {
@@ -64,8 +67,6 @@ public:
     bool cancelled() const { return cancelled_.load(); }
 
 private:
-    double expandSeconds_ = 0;
-    std::unique_ptr<const Plan> expanded_;  ///< a plan stored with replicas, written out
     const Plan& plan_;
     VerifyOptions opts_;
     std::atomic<bool> cancelled_{false};

@@ -1,0 +1,193 @@
+// Verifying plans stored with replicas as stored: replica 0's stages stand for every replica only
+// where that is sound, and the verdict and diagnosis match verifying the plan written out.
+#include <QtTest>
+
+#include <functional>
+
+#include "generate/generator.hpp"
+#include "io/plan_json.hpp"
+#include "verify/symmetry.hpp"
+#include "verify/verifier.hpp"
+
+using namespace tv;
+using json = nlohmann::json;
+using Options = gen::GenerateOptions;
+
+namespace {
+
+Options mlp(int dp, int tp = 1, int zero = 0) {
+    Options o;
+    o.model = "mlp";
+    o.layers = 2;
+    o.hidden = 16;
+    o.ffn = 32;
+    o.vocab = 8;
+    o.dp = dp;
+    o.tp = tp;
+    o.zero = zero;
+    return o;
+}
+
+json& opNamed(json& doc, const std::string& id) {
+    for (auto& op : doc["parallel"]["ops"])
+        if (op["id"] == id) return op;
+    qFatal("no op %s", id.c_str());
+}
+
+std::unique_ptr<Plan> read(const json& doc) {
+    auto res = readPlanJson(doc);
+    if (!res.ok()) {
+        for (const auto& p : res.problems) qWarning("%s", p.toString().c_str());
+        return nullptr;
+    }
+    return std::move(res.plan);
+}
+
+}  // namespace
+
+using Mutation = std::function<void(json&)>;
+Q_DECLARE_METATYPE(Mutation)
+
+class TestSymmetry : public QObject {
+    Q_OBJECT
+private slots:
+    // Each mutation of a plan stored with replicas gets the same verdict and the same first
+    // failing op whether the plan is checked as stored or written out replica by replica.
+    void asStoredMatchesWrittenOut_data() {
+        QTest::addColumn<int>("zero");
+        QTest::addColumn<Mutation>("mutate");
+        QTest::addColumn<QString>("failingOp");  // empty: equivalent
+        auto row = [](const char* name, int zero, Mutation m, const char* op) {
+            QTest::newRow(name) << zero << m << QString(op);
+        };
+        row("correct", 0, [](json&) {}, "");
+        row("correct, zero-1", 1, [](json&) {}, "");
+        row("forward activation (replica-local)", 0, [](json& d) { opNamed(d, "layers.0.act.mb0@r0")["op"] = "relu"; }, "layers.0.act.mb0@r0");
+        row("activation gradient (replica-local)", 0,
+            [](json& d) { opNamed(d, "bw.layers.1.act.gelu_backward.mb0@r0")["op"] = "relu_backward"; },
+            "bw.layers.1.act.gelu_backward.mb0@r0");
+        row("weight gradient reads the pre-activation (terms across replicas)", 0,
+            [](json& d) {
+                auto& op = opNamed(d, "bw.layers.0.fc2.matmul.2.mb0@r0");
+                const auto act = opNamed(d, "layers.0.act.mb0@r0")["outputs"][0];
+                for (auto& in : op["inputs"])
+                    if (in == act) in = opNamed(d, "layers.0.fc1.mb0@r0")["outputs"][0];
+            },
+            "bw.layers.0.fc2.matmul.2.mb0@r0");
+        row("reducer sums instead of averaging (across replicas)", 0,
+            [](json& d) { opNamed(d, "bw.layers.0.fc1.matmul.2.dp_allreduce@r0")["attrs"]["reduce"] = "sum"; },
+            "bw.layers.0.fc1.matmul.2.dp_allreduce@r0");
+        row("optimizer learning rate (copies on every replica)", 0,
+            [](json& d) { opNamed(d, "optim.layers.1.fc2.weight@r0")["attrs"]["lr"] = "1/100"; }, "optim.layers.1.fc2.weight@r0");
+        row("zero-1: every replica updates shard 0", 1,
+            [](json& d) {
+                for (auto& op : d["parallel"]["ops"]) op.erase("index_from_replica");
+            },
+            "~dp1");
+    }
+    void asStoredMatchesWrittenOut() {
+        QFETCH(int, zero);
+        QFETCH(Mutation, mutate);
+        QFETCH(QString, failingOp);
+        auto doc = gen::generatePlan(mlp(2, 1, zero));
+        mutate(doc);
+        auto stored = read(doc);
+        QVERIFY(stored);
+        QVERIFY(stored->replication.active());
+        VerifyOptions opts;
+        opts.jobs = 2;
+        const auto asStored = verifyPlan(*stored, opts);
+        const auto writtenOut = verifyPlan(expandReplicas(*stored), opts);
+        QCOMPARE(static_cast<int>(asStored.verdict), static_cast<int>(writtenOut.verdict));
+        if (failingOp.isEmpty()) {
+            QVERIFY(asStored.verdict == Verdict::Equivalent);
+            QCOMPARE(asStored.passed, static_cast<std::uint32_t>(asStored.results.size()));
+            return;
+        }
+        QVERIFY(asStored.verdict == Verdict::NotEquivalent);
+        QVERIFY(asStored.failure && writtenOut.failure);
+        QCOMPARE(QString::fromStdString(asStored.failure->parallelOp), QString::fromStdString(writtenOut.failure->parallelOp));
+        QVERIFY2(QString::fromStdString(asStored.failure->parallelOp).contains(failingOp), asStored.failure->parallelOp.c_str());
+        QCOMPARE(QString::fromStdString(asStored.failure->tensor), QString::fromStdString(writtenOut.failure->tensor));
+        QCOMPARE(asStored.failure->rank, writtenOut.failure->rank);
+    }
+
+    // Which stages replica 0 proves alone in a dp2 tp2 plan: the forward and backward data path
+    // and the optimizer; not the weight-gradient terms or the reducers.
+    void replicaZeroProvesOnlyReplicaLocalStages() {
+        auto plan = read(gen::generatePlan(mlp(2, 2)));
+        QVERIFY(plan);
+        auto sp = cutStages(*plan);
+        QVERIFY(sp.structural.empty());
+        int local = 0, tied = 0;
+        for (const auto& st : sp.stages) {
+            std::string why;
+            const bool alone = provenByReplicaZero(*plan, st, &why);
+            const auto& rec = plan->lineage[st.output];
+            bool across = false;
+            for (auto op : st.parallelOps) across = across || plan->parallel.ops[op].acrossReplicas;
+            if (rec.replicas == ReplicaMode::Sum || across) {
+                QVERIFY2(!alone, plan->tensorName(plan->logical, rec.logical).c_str());
+                QVERIFY(!why.empty());
+                ++tied;
+            } else {
+                QVERIFY2(alone, (plan->tensorName(plan->logical, rec.logical) + ": " + why).c_str());
+                ++local;
+            }
+        }
+        QVERIFY(local > 2 * tied / 3);
+        QVERIFY(tied >= 10);  // five weights: terms and reducer each
+        const auto rep = verifyPlan(*plan);
+        QVERIFY(rep.verdict == Verdict::Equivalent);
+        QCOMPARE(static_cast<int>(rep.writtenOutStages), tied);
+    }
+
+    // A logical op that depends on where along the batch a row is (here: the second half of the
+    // batch is zeroed) makes replica 1's obligation differ from replica 0's. Replica 0 is right;
+    // checking it alone would wrongly pass the plan.
+    void positionDependentLogicalOpsTieReplicasTogether() {
+        const json doc = json::parse(R"({
+          "format": "trainverify-plan", "version": 2, "name": "zero-second-half",
+          "logical": {
+            "tensors": [{"id": "x", "role": "input", "shape": [4, 2]},
+                        {"id": "a", "shape": [2, 2]}, {"id": "z", "shape": [2, 2]}, {"id": "y", "shape": [4, 2]}],
+            "ops": [{"id": "first", "op": "slice", "inputs": ["x"], "outputs": ["a"], "attrs": {"dim": 0, "start": 0, "end": 2}},
+                    {"id": "zeros", "op": "zeros_like", "inputs": ["a"], "outputs": ["z"]},
+                    {"id": "join", "op": "concat", "inputs": ["a", "z"], "outputs": ["y"], "attrs": {"dim": 0}}]},
+          "parallel": {
+            "mesh": {"dp": 2}, "microbatches": 1, "replicas": {"axis": "dp"},
+            "ranks": [{"rank": 0, "dp": 0}, {"rank": 1, "dp": 1}],
+            "tensors": [{"id": "x@r0", "rank": 0, "role": "input", "shape": [2, 2]}, {"id": "y@r0", "rank": 0, "shape": [2, 2]}],
+            "ops": [{"id": "copy@r0", "op": "identity", "rank": 0, "inputs": ["x@r0"], "outputs": ["y@r0"]}]},
+          "lineage": [
+            {"logical": "x", "replicas": {"split_dim": 0}, "slices": [{"box": [[0, 2], [0, 2]], "copies": [["x@r0"]]}]},
+            {"logical": "y", "replicas": {"split_dim": 0}, "slices": [{"box": [[0, 2], [0, 2]], "copies": [["y@r0"]]}]}]
+        })");
+        auto plan = read(doc);
+        QVERIFY(plan);
+        auto sp = cutStages(*plan);
+        QCOMPARE(sp.stages.size(), std::size_t(1));
+        std::string why;
+        QVERIFY(!provenByReplicaZero(*plan, sp.stages[0], &why));
+        QVERIFY2(QString::fromStdString(why).contains(QStringLiteral("first")), why.c_str());
+        const auto rep = verifyPlan(*plan);
+        QVERIFY(rep.verdict == Verdict::NotEquivalent);
+        QVERIFY(rep.failure);
+        QCOMPARE(QString::fromStdString(rep.failure->parallelOp), QStringLiteral("copy@r0~dp1"));
+        QCOMPARE(rep.failure->rank, 1);
+    }
+
+    // Checked as stored, a wide data-parallel plan never writes its replicas out.
+    void wideDataParallelStaysSmall() {
+        auto plan = read(gen::generatePlan(mlp(64)));
+        QVERIFY(plan);
+        const auto rep = verifyPlan(*plan);
+        QVERIFY(rep.verdict == Verdict::Equivalent);
+        QCOMPARE(rep.passed, static_cast<std::uint32_t>(rep.results.size()));
+        QVERIFY(rep.writtenOutStages > 0);
+        QVERIFY(rep.writtenOutStages < rep.results.size());
+    }
+};
+
+QTEST_GUILESS_MAIN(TestSymmetry)
+#include "tst_symmetry.moc"
