@@ -11,6 +11,7 @@
 
 #include "generate/generator.hpp"
 #include "io/plan_json.hpp"
+#include "verify/symmetry.hpp"
 #include "ops/registry.hpp"
 #include "verify/verifier.hpp"
 

@@ -7,6 +7,7 @@
 
 #include "generate/generator.hpp"
 #include "io/plan_json.hpp"
+#include "verify/symmetry.hpp"
 #include "verify/verifier.hpp"
 
 using namespace tv;

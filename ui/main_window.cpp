@@ -35,6 +35,7 @@
 #include "graph_view.hpp"
 #include "inspector.hpp"
 #include "io/plan_json.hpp"
+#include "verify/symmetry.hpp"
 
 namespace tv::ui {
 

@@ -103,6 +103,9 @@ struct OpInfo {
     /// In a plan stored with replicas: a local chunk whose index is its replica's number (each
     /// replica takes its own part, as ZeRO's optimizer does); listed with index 0.
     bool indexFromReplica = false;
+    /// In a plan with microbatches stored once: an identity whose output is the sum of its input
+    /// over the replica's microbatches (gradient accumulation); written out as a chain of adds.
+    bool acrossMicrobatches = false;
 };
 
 /// One dataflow graph. Ops are stored in file order; topoOrder() is computed at load.
@@ -186,11 +189,18 @@ struct LineageRecord {
 };
 
 /// A plan stored with replicas lists one data-parallel replica (the ranks with dp = 0); replica k
-/// runs the same program on ranks r + k * ranksPerReplica.
+/// runs the same program on ranks r + k * ranksPerReplica. With microbatches stored once, it lists
+/// microbatch 0 of that replica too.
 struct Replication {
-    std::int32_t degree = 1;
+    std::int32_t degree = 1;           ///< data-parallel replicas (1: the plan has one)
     std::int32_t ranksPerReplica = 0;
-    bool active() const { return degree > 1; }
+    /// Above 1: the microbatches are stored once too. Ops and tensors of microbatch 0 stand for
+    /// every microbatch (lane m of replica k holds batch part k * microbatches + m); those with no
+    /// microbatch are the replica's own (weights, accumulated gradients, optimizer state).
+    std::int32_t microbatches = 1;
+    bool active() const { return degree > 1 || microbatches > 1; }
+    /// Instances of an op or tensor with this microbatch field once written out.
+    std::int32_t instances(std::int32_t microbatch) const { return degree * (microbatches > 1 && microbatch >= 0 ? microbatches : 1); }
 };
 
 struct Mesh {
@@ -234,9 +244,5 @@ private:
     std::unordered_map<std::string, AttrId> attrIds_;
     std::unordered_map<std::string, std::uint32_t> groupIds_;
 };
-
-/// The plan with every data-parallel replica written out (names of replica k >= 1 get the suffix
-/// "~dp<k>"); the same plan when it has no replicas. The verifier works on this form.
-Plan expandReplicas(const Plan& plan);
 
 }  // namespace tv

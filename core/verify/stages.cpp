@@ -270,6 +270,7 @@ std::string structuralKey(const Plan& plan, const Stage& stage) {
             num(g.ops[op].attrs == kNone ? -1 : static_cast<std::int64_t>(g.ops[op].attrs));
             if (g.ops[op].acrossReplicas) key += 'X';
             if (g.ops[op].indexFromReplica) key += 'K';
+            if (g.ops[op].acrossMicrobatches) key += 'M';
             for (auto t : g.inputs(op)) tensor(ids, g, t);
             key += '>';
             for (auto t : g.outputs(op)) tensor(ids, g, t);

@@ -17,6 +17,7 @@ bool provenByReplicaZero(const Plan& plan, const Stage& stage, std::string* why)
     const auto& P = plan.parallel;
     for (auto op : stage.parallelOps) {
         if (P.ops[op].acrossReplicas) return no("collective across replicas " + plan.opName(P, op));
+        if (P.ops[op].acrossMicrobatches) return no("op " + plan.opName(P, op) + " adds up the microbatches");
         if (P.ops[op].indexFromReplica) return no("op " + plan.opName(P, op) + " takes its index from the replica");
     }
     // Which dim of each logical tensor carries the replica split (-1: the same on every replica).
@@ -83,40 +84,60 @@ bool provenByReplicaZero(const Plan& plan, const Stage& stage, std::string* why)
     return true;
 }
 
-ExpandedStages expandStages(const Plan& plan, const StagePlan& sp, const std::vector<std::uint32_t>& stageIds) {
-    ExpandedStages x{plan, {}, {}};
-    Plan& out = x.plan;
+Plan expandReplicas(const Plan& plan) {
+    if (!plan.replication.active()) return plan;
+    return writeOutReplicas(plan, nullptr, nullptr, nullptr);
+}
+
+Plan writeOutReplicas(const Plan& plan, const std::vector<bool>* opMask, const std::vector<bool>* recordMask,
+                      std::vector<std::uint32_t>* origin) {
+    Plan out = plan;  // logical graph, pools, mesh and ranks are shared as they are
+    const auto rep = plan.replication;
     out.replication = Replication{};
     out.lineage.clear();
+    if (origin) origin->clear();
     const auto& T = plan.parallel;
     auto& P = out.parallel;
     P = Graph{};
-    const std::int32_t D = plan.replication.degree, S = plan.replication.ranksPerReplica;
+    const std::int32_t S = rep.ranksPerReplica, M = rep.microbatches;
     const auto nt = static_cast<std::uint64_t>(T.tensors.size());
+    // Instance i of an op or tensor with microbatch field mb: replica i / per, microbatch i % per.
+    auto perReplica = [&](std::int32_t mb) { return M > 1 && mb >= 0 ? M : 1; };
+    auto suffix = [&](std::int32_t mb, std::int32_t i) {
+        const std::int32_t per = perReplica(mb), k = i / per, m = i % per;
+        std::string s;
+        if (per > 1 && m > 0) s += "~mb" + std::to_string(m);
+        if (k > 0) s += "~dp" + std::to_string(k);
+        return s;
+    };
+    auto instanceMb = [&](std::int32_t mb, std::int32_t i) { return perReplica(mb) > 1 ? i % perReplica(mb) : mb; };
+    auto instanceRank = [&](std::int32_t rank, std::int32_t mb, std::int32_t i) { return rank >= 0 ? rank + (i / perReplica(mb)) * S : rank; };
 
-    std::vector<bool> opSelected(T.ops.size(), false), recordSelected(plan.lineage.size(), false), proven(plan.lineage.size(), false);
-    for (auto s : stageIds) {
-        const auto& st = sp.stages[s];
-        for (auto op : st.parallelOps) opSelected[op] = true;
-        recordSelected[st.output] = true;
-        proven[st.output] = true;
-        for (auto r : st.inputs) recordSelected[r] = true;
-    }
-    auto nameOf = [&](const std::string& base, std::int32_t k) { return k == 0 ? base : base + "~dp" + std::to_string(k); };
     std::unordered_map<std::uint64_t, TensorId> ids;
-    auto id = [&](std::int32_t k, TensorId t) -> TensorId {
-        auto [it, fresh] = ids.emplace(static_cast<std::uint64_t>(k) * nt + t, static_cast<TensorId>(P.tensors.size()));
+    auto id = [&](TensorId t, std::int32_t i) -> TensorId {
+        auto [it, fresh] = ids.emplace(static_cast<std::uint64_t>(i) * nt + t, static_cast<TensorId>(P.tensors.size()));
         if (fresh) {
             auto info = T.tensors[t];
-            info.name = out.names.intern(nameOf(plan.names.str(info.name), k));
-            if (info.rank >= 0) info.rank += k * S;
+            info.name = out.names.intern(plan.names.str(info.name) + suffix(info.microbatch, i));
+            info.rank = instanceRank(info.rank, info.microbatch, i);
+            info.microbatch = instanceMb(info.microbatch, i);
             info.producer = kNone;
             P.tensorByName.emplace(info.name, it->second);
             P.tensors.push_back(info);
         }
         return it->second;
     };
-    auto addOp = [&](OpInfo info, std::int32_t k, const std::vector<TensorId>& ins, const std::vector<TensorId>& outs) {
+    if (!opMask) {
+        std::size_t total = 0;
+        for (const auto& t : T.tensors) total += static_cast<std::size_t>(rep.instances(t.microbatch));
+        P.tensors.reserve(total);
+        ids.reserve(total);
+        P.tensorByName.reserve(total);
+        out.names.reserve(plan.names.size() + total * 2);
+        for (TensorId t = 0; t < T.tensors.size(); ++t)
+            for (std::int32_t i = 0; i < rep.instances(T.tensors[t].microbatch); ++i) id(t, i);
+    }
+    auto addOp = [&](OpInfo info, const std::string& name, const std::vector<TensorId>& ins, const std::vector<TensorId>& outs) {
         info.firstInput = static_cast<std::uint32_t>(P.operands.size());
         info.numInputs = static_cast<std::uint32_t>(ins.size());
         P.operands.insert(P.operands.end(), ins.begin(), ins.end());
@@ -125,71 +146,111 @@ ExpandedStages expandStages(const Plan& plan, const StagePlan& sp, const std::ve
         P.operands.insert(P.operands.end(), outs.begin(), outs.end());
         const auto opId = static_cast<OpId>(P.ops.size());
         for (auto t : outs) P.tensors[t].producer = opId;
-        info.name = out.names.intern(nameOf(plan.names.str(info.name), k));
-        info.acrossReplicas = false;
-        info.indexFromReplica = false;
+        info.name = out.names.intern(name);
+        info.acrossReplicas = info.indexFromReplica = info.acrossMicrobatches = false;
         P.opByName.emplace(info.name, opId);
         P.ops.push_back(info);
     };
-    // Ops in the stored graph order, which is a topological order of every replica's copy.
+    const auto& reg = OpRegistry::instance();
+    // Ops in stored order, a topological order of every instance.
     for (OpId op = 0; op < T.ops.size(); ++op) {
-        if (!opSelected[op]) continue;
+        if (opMask && !(*opMask)[op]) continue;
         const auto& o = T.ops[op];
         const auto ins = T.inputs(op);
         const auto outs = T.outputs(op);
+        const std::string& base = plan.names.str(o.name);
         if (o.acrossReplicas) {
+            // One collective over every replica: group, inputs and outputs replica by replica.
             std::vector<std::int32_t> group;
             std::vector<TensorId> i2, o2;
-            for (std::int32_t k = 0; k < D; ++k) {
+            for (std::int32_t k = 0; k < rep.degree; ++k) {
                 for (auto r : plan.groups[o.group]) group.push_back(r + k * S);
-                for (auto t : ins) i2.push_back(id(k, t));
-                for (auto t : outs) o2.push_back(id(k, t));
+                for (auto t : ins) i2.push_back(id(t, k));
+                for (auto t : outs) o2.push_back(id(t, k));
             }
             auto info = o;
             info.group = out.internGroup(group);
-            addOp(info, 0, i2, o2);
+            addOp(info, base, i2, o2);
             continue;
         }
-        for (std::int32_t k = 0; k < D; ++k) {
+        if (o.acrossMicrobatches) {
+            // Per replica: in(m=0) + in(m=1) + ... as a chain of adds ending in the output.
+            for (std::int32_t k = 0; k < rep.degree; ++k) {
+                const std::string name = base + suffix(-1, k);
+                auto info = o;
+                info.rank = instanceRank(o.rank, -1, k);
+                if (M == 1) {
+                    addOp(info, name, {id(ins[0], k)}, {id(outs[0], k)});
+                    continue;
+                }
+                info.kind = *reg.find("add");
+                info.attrs = kNone;
+                TensorId acc = id(ins[0], k * M);
+                for (std::int32_t m = 1; m < M; ++m) {
+                    TensorId next;
+                    if (m + 1 == M) {
+                        next = id(outs[0], k);
+                    } else {
+                        auto t = P.tensors[id(outs[0], k)];
+                        t.name = out.names.intern(plan.names.str(T.tensors[outs[0]].name) + "~acc" + std::to_string(m) + suffix(-1, k));
+                        t.producer = kNone;
+                        next = static_cast<TensorId>(P.tensors.size());
+                        P.tensorByName.emplace(t.name, next);
+                        P.tensors.push_back(t);
+                    }
+                    addOp(info, m + 1 == M ? name : base + "~acc" + std::to_string(m) + suffix(-1, k), {acc, id(ins[0], k * M + m)}, {next});
+                    acc = next;
+                }
+            }
+            continue;
+        }
+        for (std::int32_t i = 0; i < rep.instances(o.microbatch); ++i) {
             auto info = o;
+            const std::int32_t k = i / perReplica(o.microbatch);
             if (o.indexFromReplica) {
                 auto a = plan.attrs[o.attrs];
                 a["index"] = k;
                 info.attrs = out.internAttrs(a);
             }
-            if (info.rank >= 0) info.rank += k * S;
-            if (info.group != kNone) {
+            info.rank = instanceRank(o.rank, o.microbatch, i);
+            info.microbatch = instanceMb(o.microbatch, i);
+            if (info.group != kNone && k > 0) {
                 auto g = plan.groups[o.group];
                 for (auto& r : g) r += k * S;
                 info.group = out.internGroup(g);
             }
+            // An input the replica shares (no microbatch) is the replica's instance.
             std::vector<TensorId> i2, o2;
-            for (auto t : ins) i2.push_back(id(k, t));
-            for (auto t : outs) o2.push_back(id(k, t));
-            addOp(info, k, i2, o2);
+            for (auto t : ins) i2.push_back(id(t, perReplica(T.tensors[t].microbatch) > 1 ? i : k));
+            for (auto t : outs) o2.push_back(id(t, perReplica(T.tensors[t].microbatch) > 1 ? i : k));
+            addOp(info, base + suffix(o.microbatch, i), i2, o2);
         }
     }
-    // Records, written out replica by replica as their modes say.
+    // Lineage: each record repeats as its mode says, over its tensors' instances.
     for (std::uint32_t r = 0; r < plan.lineage.size(); ++r) {
-        if (!recordSelected[r]) continue;
+        if (recordMask && !(*recordMask)[r]) continue;
         const auto& rec = plan.lineage[r];
-        LineageRecord nr;
-        nr.logical = rec.logical;
-        auto mapCopy = [&](const std::vector<LineageTerm>& c, std::int32_t k) {
+        std::int32_t n = rep.degree;
+        for (const auto& s : rec.slices)
+            for (const auto& c : s.copies)
+                for (const auto& t : c) n = rep.instances(T.tensors[t.tensor].microbatch);
+        auto mapCopy = [&](const std::vector<LineageTerm>& c, std::int32_t i) {
             auto m = c;
-            for (auto& t : m) t.tensor = id(k, t.tensor);
+            for (auto& t : m) t.tensor = id(t.tensor, i);
             return m;
         };
+        LineageRecord nr;
+        nr.logical = rec.logical;
         if (rec.replicas == ReplicaMode::Split) {
             const auto d = static_cast<std::size_t>(rec.splitDim);
-            const auto step = plan.shape(plan.logical, rec.logical)[d] / D;
-            for (std::int32_t k = 0; k < D; ++k)
+            const auto step = plan.shape(plan.logical, rec.logical)[d] / n;
+            for (std::int32_t i = 0; i < n; ++i)
                 for (const auto& s : rec.slices) {
                     LineageSlice ns;
                     ns.box = s.box;
-                    ns.box.lo[d] += k * step;
-                    ns.box.hi[d] += k * step;
-                    for (const auto& c : s.copies) ns.copies.push_back(mapCopy(c, k));
+                    ns.box.lo[d] += i * step;
+                    ns.box.hi[d] += i * step;
+                    for (const auto& c : s.copies) ns.copies.push_back(mapCopy(c, i));
                     nr.slices.push_back(std::move(ns));
                 }
         } else {
@@ -199,21 +260,34 @@ ExpandedStages expandStages(const Plan& plan, const StagePlan& sp, const std::ve
                 for (const auto& c : s.copies) {
                     if (rec.replicas == ReplicaMode::Sum) {
                         std::vector<LineageTerm> sum;
-                        for (std::int32_t k = 0; k < D; ++k)
-                            for (auto& t : mapCopy(c, k)) sum.push_back(t);
+                        for (std::int32_t i = 0; i < n; ++i)
+                            for (auto& t : mapCopy(c, i)) sum.push_back(t);
                         ns.copies.push_back(std::move(sum));
                     } else {
-                        for (std::int32_t k = 0; k < D; ++k) ns.copies.push_back(mapCopy(c, k));
+                        for (std::int32_t i = 0; i < n; ++i) ns.copies.push_back(mapCopy(c, i));
                     }
                 }
                 nr.slices.push_back(std::move(ns));
             }
         }
         out.lineage.push_back(std::move(nr));
-        x.origin.push_back(r);
-        x.assumed.push_back(!proven[r]);
+        if (origin) origin->push_back(r);
     }
     P.finalize();
+    return out;
+}
+
+ExpandedStages expandStages(const Plan& plan, const StagePlan& sp, const std::vector<std::uint32_t>& stageIds) {
+    std::vector<bool> ops(plan.parallel.ops.size(), false), records(plan.lineage.size(), false), proven(plan.lineage.size(), false);
+    for (auto s : stageIds) {
+        const auto& st = sp.stages[s];
+        for (auto op : st.parallelOps) ops[op] = true;
+        records[st.output] = proven[st.output] = true;
+        for (auto r : st.inputs) records[r] = true;
+    }
+    ExpandedStages x;
+    x.plan = writeOutReplicas(plan, &ops, &records, &x.origin);
+    for (auto r : x.origin) x.assumed.push_back(!proven[r]);
     return x;
 }
 

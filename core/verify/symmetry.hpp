@@ -1,6 +1,7 @@
-// Verifying a plan stored with replicas without writing every replica out. Replica k runs
-// replica 0's program on its own part of the batch, so most stages are proven for every replica
-// by checking replica 0's: those whose parallel ops stay inside the replica and whose logical ops
+// Plans stored with replicas (and microbatches) once: writing them out, and verifying them
+// without writing every replica out. Replica k (microbatch m) runs replica 0's (microbatch 0's)
+// program on its own part of the batch, so most stages are proven for every one of them by
+// checking the stored one: those whose parallel ops stay inside the replica and whose logical ops
 // carry the split (batch) dim through as an index they map, never one they reduce or read
 // whole. The other stages (the gradient terms that add up across replicas, the reducers, ZeRO's
 // per-replica shards, and any stage the logical ops make position-dependent along the split
@@ -15,6 +16,19 @@
 #include "verify/stages.hpp"
 
 namespace tv {
+
+
+/// The plan with every data-parallel replica and microbatch written out (names of microbatch m >= 1
+/// get the suffix "~mb<m>", then those of replica k >= 1 "~dp<k>"); the same plan when it has no
+/// replicas. The explorer draws this form.
+Plan expandReplicas(const Plan& plan);
+
+/// Writes out part of a plan stored with replicas: the selected ops (every instance; a collective
+/// across replicas once, over all of them; an accumulation across microbatches as a chain of adds)
+/// and the selected records; tensors as the selected ops and records need them. `origin` receives,
+/// per record of the result, the record it writes out. Null selections select everything.
+Plan writeOutReplicas(const Plan& plan, const std::vector<bool>* ops, const std::vector<bool>* records,
+                      std::vector<std::uint32_t>* origin = nullptr);
 
 /// Whether checking replica 0's part of a stage proves it for every replica of a plan stored
 /// with replicas. When not, `why` says what ties the replicas together.
