@@ -166,23 +166,21 @@ int cmdInspect(const std::vector<std::string>& args) {
         std::cout << tv::reportToText(loaded.invalid);
         return 3;
     }
-    // Counts are of the plan written out; a plan stored with replicas also reports what it stores.
-    const auto& stored = *loaded.plan;
-    std::unique_ptr<tv::Plan> expanded;
-    if (stored.replication.active()) expanded = std::make_unique<tv::Plan>(tv::expandReplicas(stored));
-    const auto& p = expanded ? *expanded : stored;
+    // Counts are of the plan written out (counted, not written); a plan stored with replicas also
+    // reports what it stores. Stages are one per lineage record either way.
+    const auto& p = *loaded.plan;
+    const bool compact = p.replication.active();
+    const auto out = tv::writtenOutCounts(p);
     auto sp = tv::cutStages(p);
     std::size_t glue = 0;
     for (const auto& s : sp.stages) glue += s.glue() ? 1 : 0;
-    std::map<std::string, std::size_t> kinds;
-    for (const auto& o : p.parallel.ops) ++kinds[std::string(tv::OpRegistry::instance().spec(o.kind).name)];
     nlohmann::json mesh = nlohmann::json::object();
     for (auto a : tv::kAxes) mesh[std::string(tv::toString(a))] = p.mesh.at(a);
     nlohmann::json j = {
         {"name", p.name},
         {"description", p.description},
         {"logical", {{"ops", p.logical.ops.size()}, {"tensors", p.logical.tensors.size()}}},
-        {"parallel", {{"ops", p.parallel.ops.size()}, {"tensors", p.parallel.tensors.size()}, {"op_kinds", kinds}}},
+        {"parallel", {{"ops", out.ops}, {"tensors", out.tensors}, {"op_kinds", out.opKinds}}},
         {"ranks", p.ranks.size()},
         {"mesh", mesh},
         {"microbatches", p.microbatches},
@@ -191,10 +189,11 @@ int cmdInspect(const std::vector<std::string>& args) {
         {"stages", {{"total", sp.stages.size()}, {"op", sp.stages.size() - glue}, {"glue", glue}}},
         {"structural_failures", sp.structural.size()},
     };
-    if (expanded)
-        j["stored"] = {{"replicas", stored.replication.degree},
-                       {"parallel_ops", stored.parallel.ops.size()},
-                       {"parallel_tensors", stored.parallel.tensors.size()}};
+    if (compact)
+        j["stored"] = {{"replicas", p.replication.degree},
+                       {"microbatches", p.replication.microbatches},
+                       {"parallel_ops", p.parallel.ops.size()},
+                       {"parallel_tensors", p.parallel.tensors.size()}};
     if (asJson) {
         std::cout << j.dump(2) << "\n";
         return 0;
@@ -202,10 +201,10 @@ int cmdInspect(const std::vector<std::string>& args) {
     std::cout << "plan          " << (p.name.empty() ? path : p.name) << "\n";
     if (!p.description.empty()) std::cout << "description   " << p.description << "\n";
     std::cout << "logical       " << p.logical.ops.size() << " ops, " << p.logical.tensors.size() << " tensors\n";
-    std::cout << "parallel      " << p.parallel.ops.size() << " ops, " << p.parallel.tensors.size() << " tensors\n";
-    if (expanded)
-        std::cout << "stored        one replica of " << stored.replication.degree << ": " << stored.parallel.ops.size() << " ops, "
-                  << stored.parallel.tensors.size() << " tensors\n";
+    std::cout << "parallel      " << out.ops << " ops, " << out.tensors << " tensors\n";
+    if (compact)
+        std::cout << "stored        " << tv::storedOnce(p.replication) << ": " << p.parallel.ops.size() << " ops, " << p.parallel.tensors.size()
+                  << " tensors\n";
     std::cout << "ranks         " << p.ranks.size() << " (";
     bool first = true;
     for (auto a : tv::kAxes)
@@ -218,7 +217,7 @@ int cmdInspect(const std::vector<std::string>& args) {
     std::cout << "stages        " << sp.stages.size() << " (" << sp.stages.size() - glue << " op, " << glue << " glue)\n";
     std::cout << "parallel ops  ";
     first = true;
-    for (const auto& [k, n] : kinds) {
+    for (const auto& [k, n] : out.opKinds) {
         std::cout << (first ? "" : ", ") << k << " " << n;
         first = false;
     }
@@ -341,7 +340,7 @@ int cmdGenerate(const std::vector<std::string>& args) {
     if (outPath != "-")
         std::fprintf(stderr, "generated %s: %zu logical ops, %zu parallel ops%s, %zu lineage records, %.1f MB in %.2f s\n",
                      outPath.c_str(), plan.logical.ops.size(), plan.parallel.ops.size(),
-                     plan.replication.active() ? (" (one replica of " + std::to_string(plan.replication.degree) + ")").c_str() : "",
+                     plan.replication.active() ? (" (" + tv::storedOnce(plan.replication) + ")").c_str() : "",
                      plan.lineage.size(), static_cast<double>(text.size()) / 1e6, secs);
     if (verifyAfter) {
         if (outPath == "-") return usageError("--verify needs -o FILE");

@@ -106,12 +106,19 @@ private slots:
         QVERIFY(compact->replication.active());
         QCOMPARE(compact->replication.degree, 4);
         QVERIFY(!full->replication.active());
+        QCOMPARE(compact->replication.microbatches, 2);
         auto expanded = expandReplicas(*compact);
-        // Each replica's ops, except the reducers, which are one collective over all replicas.
-        std::size_t across = 0;
-        for (const auto& op : compact->parallel.ops) across += op.acrossReplicas ? 1 : 0;
+        // Each lane's ops (replica x microbatch), each replica's own ops, the reducers as one
+        // collective over all replicas, and each accumulation as a chain of adds per replica.
+        std::size_t across = 0, accumulations = 0, want = 0;
+        for (const auto& op : compact->parallel.ops) {
+            across += op.acrossReplicas ? 1 : 0;
+            accumulations += op.acrossMicrobatches ? 1 : 0;
+            want += op.acrossReplicas ? 1 : op.acrossMicrobatches ? 4 * (2 - 1) : static_cast<std::size_t>(compact->replication.instances(op.microbatch));
+        }
         QVERIFY(across > 0);
-        QCOMPARE(expanded.parallel.ops.size(), compact->parallel.ops.size() * 4 - across * 3);
+        QVERIFY(accumulations > 0);
+        QCOMPARE(expanded.parallel.ops.size(), want);
         QCOMPARE(expanded.parallel.ops.size(), full->parallel.ops.size());
         QCOMPARE(expanded.parallel.tensors.size(), full->parallel.tensors.size());
         QCOMPARE(expanded.lineage.size(), full->lineage.size());
@@ -122,7 +129,7 @@ private slots:
                 QCOMPARE(expanded.lineage[r].slices[s].copies.size(), full->lineage[r].slices[s].copies.size());
             }
         }
-        // The stored form is a quarter of the written-out one, and both are proven the same.
+        // The stored form is about an eighth of the written-out one, and both are proven the same.
         auto a = verifyPlan(*compact), b = verifyPlan(*full);
         QVERIFY(a.verdict == Verdict::Equivalent && b.verdict == Verdict::Equivalent);
         QCOMPARE(a.results.size(), b.results.size());
@@ -130,6 +137,7 @@ private slots:
         auto again = readPlanJson(writePlanJson(*compact));
         QVERIFY(again.ok());
         QCOMPARE(again.plan->replication.degree, 4);
+        QCOMPARE(again.plan->replication.microbatches, 2);
         QCOMPARE(again.plan->parallel.ops.size(), compact->parallel.ops.size());
         QCOMPARE(writePlanText(*again.plan), writePlanText(*compact));
     }
@@ -165,7 +173,8 @@ private slots:
     void programOrderFollowsTheSchedule() {
         QFETCH(QString, schedule);
         QFETCH(QString, lastStageOrder);
-        auto o = with(small("mlp"), [&](Options& x) { x.pp = 2; x.microbatches = 3; x.schedule = schedule.toStdString(); });
+        // Written out: with microbatches stored once there is one microbatch to order.
+        auto o = with(small("mlp"), [&](Options& x) { x.pp = 2; x.microbatches = 3; x.schedule = schedule.toStdString(); x.format = 1; });
         auto doc = gen::generatePlan(o);
         QStringList order;
         for (const auto& op : doc["parallel"]["ops"]) {

@@ -90,6 +90,16 @@ private slots:
         row("replica index with other parts", z1, [](json& j) { j["parallel"]["ops"][23]["attrs"]["parts"] = 4; }, "/parallel/ops/23", "shape mismatch");
         row("replica index not listed as 0", z1, [](json& j) { j["parallel"]["ops"][23]["attrs"]["index"] = 1; }, "/parallel/ops/23/index_from_replica", "listed with index 0");
         row("replica index on a collective", z1, [](json& j) { j["parallel"]["ops"][43]["index_from_replica"] = true; }, "/parallel/ops/43/index_from_replica", "for chunk ops");
+        // Version 2 with microbatches stored once as well.
+        const char* ln = "mlp-dp2-pp2-nm4-lanes.json";
+        row("microbatches flag not a boolean", ln, [](json& j) { j["parallel"]["replicas"]["microbatches"] = "yes"; }, "/parallel/replicas/microbatches", "is true");
+        row("microbatches stored once, but only one", ln, [](json& j) { j["parallel"]["microbatches"] = 1; }, "/parallel/replicas/microbatches", "2 or more");
+        row("a second microbatch listed", ln, [](json& j) { j["parallel"]["ops"][0]["microbatch"] = 1; }, "/parallel/ops/0/microbatch", "[0, 0]");
+        row("accumulation on a gelu", ln, [](json& j) { j["parallel"]["ops"][1]["across_microbatches"] = true; }, "/parallel/ops/1/across_microbatches", "for an identity");
+        row("accumulation on a collective", ln, [](json& j) { j["parallel"]["ops"][27]["across_microbatches"] = true; }, "/parallel/ops/27/across_microbatches", "accumulates gradients");
+        row("accumulation inside a microbatch", ln, [](json& j) { j["parallel"]["ops"][26]["microbatch"] = 0; }, "/parallel/ops/26/across_microbatches", "no microbatch itself");
+        row("reducer reads one microbatch", ln, [](json& j) { j["parallel"]["ops"][27]["inputs"][0] = j["parallel"]["ops"][25]["outputs"][0]; }, "/parallel/ops/27/inputs/0", "accumulate");
+        row("accumulation without microbatches stored once", rp, [](json& j) { j["parallel"]["ops"][0]["across_microbatches"] = true; }, "/parallel/ops/0/across_microbatches", "needs microbatches stored once");
         row("replica mode without replicas", tp, [](json& j) { j["lineage"][0]["replicas"] = "copies"; }, "/lineage/0/replicas", "for plans stored with replicas");
         row("unknown top-level key", tp, [](json& j) { j["extra"] = 1; }, "/extra", "unknown top-level key");
         row("unknown op", tp, [](json& j) { j["logical"]["ops"][0]["op"] = "linearr"; }, "/logical/ops/0/op", "unknown op \"linearr\"");

@@ -98,6 +98,7 @@ public:
     Parallelizer(const LogicalModel& m, const ParallelConfig& c) : M(m), C(c) {
         L = c.dp * c.microbatches;
         listedDp = c.compactReplicas ? 1 : c.dp;
+        listedMb = c.compactMicrobatches ? 1 : c.microbatches;
         layersPerStage = std::max(1, m.headLayer / c.pp);
         produced.assign(m.tensors.size(), -1);
         initialOf.assign(m.tensors.size(), {});
@@ -128,16 +129,19 @@ private:
 
     /// Replicas written out: all of them, or only replica 0 in a plan stored with replicas.
     int listedDp = 1;
-    bool compact() const { return listedDp < C.dp; }
+    /// Microbatches written out: all of them, or only microbatch 0 when they are stored once.
+    int listedMb = 1;
+    bool compact() const { return listedDp < C.dp || listedMb < C.microbatches; }
+    bool compactMicrobatches() const { return listedMb < C.microbatches; }
 
     bool laneAxis() const { return L > 1; }
     bool tpAxis() const { return C.tp > 1; }
     int rankOf(int k, int s, int t) const { return (k * C.pp + s) * C.tp + t; }
     /// One instance per replica (shared by its microbatches), or one per lane.
     static bool perReplica(const Placement& p) { return p.lane.st == St::Rep || p.lane.st == St::DpShard; }
-    int lanes(const Placement& p) const { return perReplica(p) ? listedDp : listedDp * C.microbatches; }
-    int laneK(const Placement& p, int l) const { return perReplica(p) ? l : l / C.microbatches; }
-    int laneM(const Placement& p, int l) const { return perReplica(p) ? -1 : l % C.microbatches; }
+    int lanes(const Placement& p) const { return perReplica(p) ? listedDp : listedDp * listedMb; }
+    int laneK(const Placement& p, int l) const { return perReplica(p) ? l : l / listedMb; }
+    int laneM(const Placement& p, int l) const { return perReplica(p) ? -1 : l % listedMb; }
     int stageOf(int layer) const {
         if (layer < 0) return 0;
         if (layer >= M.headLayer) return C.pp - 1;
@@ -170,8 +174,9 @@ private:
     std::string tensorName(const std::string& base) { return uniqueName(usedTensorNames, base); }
     std::string opName(const std::string& base) { return uniqueName(usedOpNames, base); }
 
+    /// With microbatches stored once, microbatch 0's names stand for every microbatch's.
     std::string instanceSuffix(int m, int rank) const {
-        return (m >= 0 ? ".mb" + std::to_string(m) : std::string()) + "@r" + std::to_string(rank);
+        return (m >= 0 && !compactMicrobatches() ? ".mb" + std::to_string(m) : std::string()) + "@r" + std::to_string(rank);
     }
 
     /// A new version with fresh instance tensors named base + lane + rank.
@@ -289,12 +294,20 @@ private:
         for (int kk = 0; kk < listedDp; ++kk)
             for (int t = 0; t < C.tp; ++t) {
                 int rank = rankOf(kk, src.stage, t);
-                std::string cur = src.inst[static_cast<std::size_t>((kk * C.microbatches) * C.tp + t)];
-                for (int m = 1; m < C.microbatches; ++m) {
+                std::string cur = src.inst[static_cast<std::size_t>((kk * listedMb) * C.tp + t)];
+                if (compactMicrobatches()) {
+                    // Stored once: one accumulation that stands for the sum over the microbatches.
+                    auto out = tensorName(name + ".accum@r" + std::to_string(rank));
+                    ptensors.push_back(json{{"id", out}, {"shape", shape}, {"role", std::string(toString(lt(src.logical).role))}, {"rank", rank}});
+                    emitLocal(name + ".accumulate@r" + std::to_string(rank), "identity", rank, -1, Phase::Backward, {cur}, {out}, json::object(),
+                              json{{"across_microbatches", true}});
+                    cur = out;
+                }
+                for (int m = 1; m < listedMb; ++m) {
                     auto out = tensorName(name + ".accum" + std::to_string(m) + "@r" + std::to_string(rank));
                     ptensors.push_back(json{{"id", out}, {"shape", shape}, {"role", std::string(toString(lt(src.logical).role))}, {"rank", rank}});
                     emitLocal(name + ".accumulate" + std::to_string(m) + "@r" + std::to_string(rank), "add", rank, -1, Phase::Backward,
-                              {cur, src.inst[static_cast<std::size_t>((kk * C.microbatches + m) * C.tp + t)]}, {out}, json::object());
+                              {cur, src.inst[static_cast<std::size_t>((kk * listedMb + m) * C.tp + t)]}, {out}, json::object());
                     cur = out;
                 }
                 acc[static_cast<std::size_t>(kk)][static_cast<std::size_t>(t)] = cur;
@@ -755,7 +768,7 @@ json Parallelizer::lineage() const {
         }
         const auto& p = v0.pl;
         const auto& full = lt(v0.logical).shape;
-        const int laneSlices = p.lane.st == St::Shard ? listedDp * C.microbatches : p.lane.st == St::DpShard ? listedDp : 1;
+        const int laneSlices = p.lane.st == St::Shard ? listedDp * listedMb : p.lane.st == St::DpShard ? listedDp : 1;
         const int tpSlices = p.tp.st == St::Shard ? C.tp : 1;
         json slices = json::array();
         for (int ls = 0; ls < laneSlices; ++ls)
@@ -781,7 +794,7 @@ json Parallelizer::lineage() const {
                 std::vector<int> copyLanes, termLanes, copyTp, termTp;
                 if (p.lane.st == St::Shard || p.lane.st == St::DpShard) copyLanes = {ls};
                 else if (p.lane.st == St::Rep) for (int l = 0; l < listedDp; ++l) copyLanes.push_back(l);
-                if (p.lane.st == St::Partial) { copyLanes = {-1}; for (int l = 0; l < listedDp * C.microbatches; ++l) termLanes.push_back(l); }
+                if (p.lane.st == St::Partial) { copyLanes = {-1}; for (int l = 0; l < listedDp * listedMb; ++l) termLanes.push_back(l); }
                 else termLanes = {-1};
                 if (p.tp.st == St::Shard) copyTp = {ts};
                 else if (p.tp.st == St::Rep) for (int t = 0; t < C.tp; ++t) copyTp.push_back(t);
@@ -863,6 +876,7 @@ json Parallelizer::run() {
     if (C.tp > 1) par["mesh"]["tp"] = C.tp;
     if (C.pp > 1) par["mesh"]["pp"] = C.pp;
     if (compact()) par["replicas"] = json{{"axis", "dp"}};
+    if (compactMicrobatches()) par["replicas"]["microbatches"] = true;
     return json{{"logical", logicalJson()}, {"parallel", par}, {"lineage", lineage()}};
 }
 

@@ -29,6 +29,9 @@ struct ParallelConfig {
     /// Store data-parallel replication once (plan format version 2): list replica 0's ops and
     /// lineage, with the reducers marked as spanning every replica.
     bool compactReplicas = false;
+    /// Store the microbatches once too: list microbatch 0's ops and lineage, with each gradient
+    /// accumulation one op that sums over the microbatches.
+    bool compactMicrobatches = false;
     /// ZeRO stage: 1 splits optimizer state over the replicas (gradients all-reduced, each replica
     /// updates its part, weights all-gathered); 2 also reduce-scatters the gradients; 3 also keeps
     /// the weights split, all-gathering them where they are used.
@@ -36,7 +39,7 @@ struct ParallelConfig {
 };
 
 /// Returns the "logical", "parallel" and "lineage" members of a plan file (format version 1, or
-/// version 2 with compactReplicas and dp > 1).
+/// version 2 when replicas or microbatches are stored once).
 /// Throws std::logic_error if the model cannot be parallelized as asked (a generator bug or an
 /// unsupported model; configuration errors are caught before, by the generator).
 nlohmann::json parallelize(const LogicalModel& model, const ParallelConfig& cfg);

@@ -132,7 +132,8 @@ private:
         plan_->ranks = std::move(allRanks);
     }
 
-    /// Version 2: "replicas": {"axis": "dp"} stores one data-parallel replica for all of them.
+    /// Version 2: "replicas": {"axis": "dp"} stores one data-parallel replica for all of them;
+    /// with "microbatches": true, microbatch 0 stands for every microbatch too.
     void readReplicas(const json& par) {
         auto* r = objectMember(par, "replicas", "/parallel", false);
         if (!r) return;
@@ -140,16 +141,28 @@ private:
             fail("/parallel/replicas", "\"replicas\" needs \"version\": 2");
             return;
         }
-        rejectUnknownKeys(*r, "/parallel/replicas", {"axis"}, "replicas");
+        rejectUnknownKeys(*r, "/parallel/replicas", {"axis", "microbatches"}, "replicas");
         auto* axis = stringMember(*r, "axis", "/parallel/replicas");
         if (!axis) return;
         if (axis->get<std::string>() != "dp") {
             fail("/parallel/replicas/axis", "replicas repeat along \"dp\" (data parallelism), not \"" + axis->get<std::string>() + "\"");
             return;
         }
+        bool microbatches = false;
+        if (auto it = r->find("microbatches"); it != r->end()) {
+            if (!it->is_boolean()) {
+                fail("/parallel/replicas/microbatches", "\"microbatches\" is true (microbatches stored once too) or false");
+                return;
+            }
+            microbatches = it->get<bool>();
+        }
+        if (microbatches && plan_->microbatches < 2) {
+            fail("/parallel/replicas/microbatches", "microbatches stored once need a plan with 2 or more \"microbatches\"");
+            return;
+        }
         const auto D = plan_->mesh.at(Axis::DP);
-        if (D < 2) {
-            fail("/parallel/replicas", "replicas need a mesh with dp of 2 or more");
+        if (D < 2 && !microbatches) {
+            fail("/parallel/replicas", "replicas need a mesh with dp of 2 or more (or microbatches stored once)");
             return;
         }
         const auto n = static_cast<std::int32_t>(plan_->ranks.size());
@@ -160,8 +173,11 @@ private:
                                                                   std::to_string(rk) + " should have dp=" + std::to_string(rk / S));
                 return;
             }
-        plan_->replication = Replication{D, S};
+        plan_->replication = Replication{D, S, microbatches ? plan_->microbatches : 1};
     }
+
+    /// Microbatch fields range over the listed microbatches: only 0 when they are stored once.
+    std::int32_t listedMicrobatches() const { return plan_->replication.microbatches > 1 ? 1 : plan_->microbatches; }
 
     void readMesh(const json& par) {
         auto& mesh = plan_->mesh;
@@ -278,7 +294,7 @@ private:
                 if (!parseDType(d->get<std::string>(), info.dtype)) fail(path + "/dtype", "unknown dtype \"" + d->get<std::string>() + "\" (float, int)");
             }
             std::int64_t mb = -1;
-            if (intMember(t, "microbatch", path, mb, false, 0, plan_->microbatches - 1)) info.microbatch = static_cast<std::int32_t>(mb);
+            if (intMember(t, "microbatch", path, mb, false, 0, listedMicrobatches() - 1)) info.microbatch = static_cast<std::int32_t>(mb);
             if (parallel) {
                 std::int64_t rank = -1;
                 if (t.contains("rank")) {
@@ -335,9 +351,9 @@ private:
             if (auto* a = objectMember(o, "attrs", path, false)) attrs = *a;
             info.attrs = plan_->internAttrs(attrs);
             std::int64_t mb = -1;
-            if (intMember(o, "microbatch", path, mb, false, 0, plan_->microbatches - 1)) info.microbatch = static_cast<std::int32_t>(mb);
+            if (intMember(o, "microbatch", path, mb, false, 0, listedMicrobatches() - 1)) info.microbatch = static_cast<std::int32_t>(mb);
             for (auto it = o.begin(); it != o.end(); ++it) {
-                static const std::vector<std::string> known = {"id", "op", "inputs", "outputs", "attrs", "phase", "rank", "group", "microbatch", "across_replicas", "index_from_replica"};
+                static const std::vector<std::string> known = {"id", "op", "inputs", "outputs", "attrs", "phase", "rank", "group", "microbatch", "across_replicas", "index_from_replica", "across_microbatches"};
                 if (std::find(known.begin(), known.end(), it.key()) == known.end())
                     fail(path + "/" + it.key(), who + ": unknown op key \"" + it.key() + "\"");
             }
@@ -430,8 +446,31 @@ private:
                         else
                             info.acrossReplicas = it->get<bool>();
                     }
+                    if (o.contains("across_microbatches"))
+                        fail(path + "/across_microbatches", who + ": across_microbatches is for the identity that accumulates gradients");
+                    // Across replicas, the inputs are the replicas' own (no microbatch) when microbatches are stored once.
+                    if (info.acrossReplicas && plan_->replication.microbatches > 1)
+                        for (std::size_t k = 0; k < ins.size(); ++k)
+                            if (g.tensors[ins[k]].microbatch >= 0)
+                                fail(path + "/inputs/" + std::to_string(k), who + ": with microbatches stored once, a collective across replicas reads "
+                                                                           "tensors of no microbatch (accumulate " + tensorLabel(g, ins[k]) + " first)");
                 } else {
                     if (o.contains("across_replicas")) fail(path + "/across_replicas", who + ": only collectives run across replicas");
+                    if (auto it = o.find("across_microbatches"); it != o.end()) {
+                        if (!it->is_boolean())
+                            fail(path + "/across_microbatches", who + ": across_microbatches is true or false");
+                        else if (!it->get<bool>())
+                            ;
+                        else if (plan_->replication.microbatches < 2)
+                            fail(path + "/across_microbatches", who + ": across_microbatches needs microbatches stored once (\"replicas\": {\"microbatches\": true})");
+                        else if (spec.name != "identity" || ins.size() != 1 || outs.size() != 1)
+                            fail(path + "/across_microbatches", who + ": across_microbatches is for an identity (one input, one output)");
+                        else if (g.tensors[ins[0]].microbatch != 0 || g.tensors[outs[0]].microbatch != -1 || o.contains("microbatch"))
+                            fail(path + "/across_microbatches", who + ": an accumulation across microbatches reads a tensor of microbatch 0 "
+                                                                       "and writes one of no microbatch (and has no microbatch itself)");
+                        else
+                            info.acrossMicrobatches = true;
+                    }
                     if (auto it = o.find("index_from_replica"); it != o.end()) {
                         const auto D = plan_->replication.degree;
                         if (!it->is_boolean())
@@ -670,9 +709,34 @@ private:
                 }
                 rec.slices.push_back(std::move(slice));
             }
+            if (plan_->replication.microbatches > 1 && rec.replicas != ReplicaMode::None) {
+                // Every tensor of a record repeats alike: once per lane, or once per replica.
+                bool perLane = false, perReplica = false;
+                for (const auto& sl : rec.slices)
+                    for (const auto& c : sl.copies)
+                        for (const auto& t : c) (P.tensors[t.tensor].microbatch >= 0 ? perLane : perReplica) = true;
+                if (perLane && perReplica) {
+                    fail(path + "/slices", who + ": with microbatches stored once, a record holds tensors of microbatch 0 or tensors of no "
+                                               "microbatch, not both");
+                    continue;
+                }
+            }
             checkTiling(rec, path, who, full);
             plan_->lineage.push_back(std::move(rec));
         }
+    }
+
+    /// The microbatch of a record's first tensor (-1 if it cannot be read yet; slices report that).
+    std::int32_t peekMicrobatch(const json& r) const {
+        auto sl = r.find("slices");
+        if (sl == r.end() || !sl->is_array() || sl->empty() || !(*sl)[0].is_object()) return -1;
+        auto cp = (*sl)[0].find("copies");
+        if (cp == (*sl)[0].end() || !cp->is_array() || cp->empty() || !(*cp)[0].is_array() || (*cp)[0].empty()) return -1;
+        const auto& term = (*cp)[0][0];
+        const json* name = term.is_string() ? &term : term.is_object() && term.contains("tensor") ? &term["tensor"] : nullptr;
+        if (!name || !name->is_string()) return -1;
+        auto t = plan_->parallel.findTensor(plan_->names.find(name->get<std::string>()));
+        return t == kNone ? -1 : plan_->parallel.tensors[t].microbatch;
     }
 
     /// A record's "replicas" mode (plans stored with replicas only). For "split_dim" the listed
@@ -701,14 +765,16 @@ private:
         }
         if (it->is_object() && it->size() == 1 && it->contains("split_dim") && (*it)["split_dim"].is_number_integer()) {
             auto d = (*it)["split_dim"].get<std::int64_t>();
-            const auto D = plan_->replication.degree;
+            // Tensors of a microbatch repeat in every lane (replica x microbatch), others in every replica.
+            const auto D = plan_->replication.instances(peekMicrobatch(r));
             if (d < 0 || d >= static_cast<std::int64_t>(full.size())) {
                 fail(path + "/replicas/split_dim", who + ": split_dim " + std::to_string(d) + " is not a dim of the tensor");
                 return false;
             }
             if (full[static_cast<std::size_t>(d)] % D != 0) {
                 fail(path + "/replicas/split_dim", who + ": dim " + std::to_string(d) + " of size " + std::to_string(full[static_cast<std::size_t>(d)]) +
-                                                       " does not split into " + std::to_string(D) + " replicas");
+                                                       " does not split into " + std::to_string(D) +
+                                                       (D == plan_->replication.degree ? " replicas" : " replicas x microbatches"));
                 return false;
             }
             full[static_cast<std::size_t>(d)] /= D;
@@ -829,6 +895,7 @@ json writeGraph(const Plan& p, const Graph& g, bool parallel) {
         if (!a.empty()) j["attrs"] = a;
         if (oi.acrossReplicas) j["across_replicas"] = true;
         if (oi.indexFromReplica) j["index_from_replica"] = true;
+        if (oi.acrossMicrobatches) j["across_microbatches"] = true;
         ops.push_back(std::move(j));
     }
     return json{{"tensors", std::move(tensors)}, {"ops", std::move(ops)}};
@@ -858,7 +925,10 @@ json writePlanJson(const Plan& p) {
         ranks.push_back(std::move(j));
     }
     par["ranks"] = std::move(ranks);
-    if (p.replication.active()) par["replicas"] = json{{"axis", "dp"}};
+    if (p.replication.active()) {
+        par["replicas"] = json{{"axis", "dp"}};
+        if (p.replication.microbatches > 1) par["replicas"]["microbatches"] = true;
+    }
     doc["parallel"] = std::move(par);
     json lin = json::array();
     for (const auto& rec : p.lineage) {

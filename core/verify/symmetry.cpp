@@ -8,6 +8,37 @@
 
 namespace tv {
 
+WrittenOutCounts writtenOutCounts(const Plan& plan) {
+    WrittenOutCounts c;
+    const auto& rep = plan.replication;
+    const auto& reg = OpRegistry::instance();
+    const auto& P = plan.parallel;
+    const std::size_t D = static_cast<std::size_t>(rep.degree), M = static_cast<std::size_t>(rep.microbatches);
+    for (const auto& t : P.tensors) c.tensors += static_cast<std::size_t>(rep.instances(t.microbatch));
+    for (const auto& o : P.ops) {
+        std::string kind(reg.spec(o.kind).name);
+        std::size_t n = static_cast<std::size_t>(rep.instances(o.microbatch));
+        if (o.acrossReplicas) n = 1;
+        if (o.acrossMicrobatches && M > 1) {
+            kind = "add";
+            n = D * (M - 1);
+            c.tensors += D * (M - 2);  // the partial sums between the adds
+        } else if (o.acrossMicrobatches) {
+            n = D;
+        }
+        c.ops += n;
+        c.opKinds[kind] += n;
+    }
+    return c;
+}
+
+std::string storedOnce(const Replication& r) {
+    std::string s;
+    if (r.degree > 1) s = "one replica of " + std::to_string(r.degree);
+    if (r.microbatches > 1) s += (s.empty() ? "" : ", ") + std::string("microbatch 0 of ") + std::to_string(r.microbatches);
+    return s;
+}
+
 bool provenByReplicaZero(const Plan& plan, const Stage& stage, std::string* why) {
     auto no = [&](std::string reason) {
         if (why) *why = std::move(reason);

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,16 @@ Plan expandReplicas(const Plan& plan);
 /// per record of the result, the record it writes out. Null selections select everything.
 Plan writeOutReplicas(const Plan& plan, const std::vector<bool>* ops, const std::vector<bool>* records,
                       std::vector<std::uint32_t>* origin = nullptr);
+
+/// The size of a plan written out, counted without writing it out.
+struct WrittenOutCounts {
+    std::size_t ops = 0, tensors = 0;
+    std::map<std::string, std::size_t> opKinds;  ///< operator name -> instances
+};
+WrittenOutCounts writtenOutCounts(const Plan& plan);
+
+/// "one replica of 16, microbatch 0 of 32" (what a plan stored with replicas lists).
+std::string storedOnce(const Replication& r);
 
 /// Whether checking replica 0's part of a stage proves it for every replica of a plan stored
 /// with replicas. When not, `why` says what ties the replicas together.
