@@ -3,6 +3,9 @@
 // with the constraint that failed; a broken reducer in a generated plan is caught where it is.
 #include <QtTest>
 
+#include <map>
+#include <set>
+
 #include <functional>
 
 #include "generate/generator.hpp"
@@ -85,6 +88,24 @@ private slots:
             }
         }
         QTest::newRow("llama3 dp4 tp2 nm2") << with(small("llama3"), [](Options& o) { o.dp = 4; o.tp = 2; o.microbatches = 2; });
+        QTest::newRow("llama3 3 layers over pp2 (uneven) nm3") << with(small("llama3"), [](Options& o) { o.layers = 3; o.pp = 2; o.microbatches = 3; });
+        QTest::newRow("gpt2 dp2 nm4 written out") << with(small("gpt2"), [](Options& o) { o.dp = 2; o.microbatches = 4; o.format = 1; });
+    }
+
+    // Layers that do not divide evenly: the first stages take one more (5 over 3: 2, 2, 1).
+    void unevenPipelineStages() {
+        auto plan = generateAndRead(with(small("mlp"), [](Options& o) { o.layers = 5; o.pp = 3; o.format = 1; }));
+        QVERIFY(plan);
+        std::map<std::string, std::set<int>> stagesOfLayer;
+        for (OpId op = 0; op < plan->parallel.ops.size(); ++op) {
+            const auto& name = plan->opName(plan->parallel, op);
+            if (!name.starts_with("layers.") || plan->parallel.ops[op].rank < 0) continue;
+            stagesOfLayer[name.substr(0, name.find('.', 7))].insert(plan->ranks[plan->parallel.ops[op].rank].at(Axis::PP));
+        }
+        QCOMPARE(stagesOfLayer.size(), std::size_t(5));
+        const std::vector<int> want{0, 0, 1, 1, 2};
+        for (int l = 0; l < 5; ++l) QCOMPARE(stagesOfLayer["layers." + std::to_string(l)], std::set<int>{want[static_cast<std::size_t>(l)]});
+        QVERIFY(verifyPlan(*plan).verdict == Verdict::Equivalent);
     }
     void everyModelAndStrategyIsEquivalent() {
         QFETCH(Options, options);
@@ -193,7 +214,7 @@ private slots:
         row("deepseek", with(small("llama3"), [](Options& o) { o.model = "deepseek-v3"; }), "DeepSeek");
         row("tp does not divide heads", with(small("llama3"), [](Options& o) { o.tp = 3; }), "does not divide the 4 attention heads");
         row("tp does not divide kv heads", with(small("llama3"), [](Options& o) { o.tp = 4; }), "does not divide the 2 key/value heads");
-        row("pp does not divide layers", with(small("llama3"), [](Options& o) { o.pp = 3; }), "2 layers do not divide into 3 stages");
+        row("more stages than layers", with(small("llama3"), [](Options& o) { o.pp = 3; }), "2 layers cannot fill 3 stages");
         row("batch does not divide", with(small("llama3"), [](Options& o) { o.dp = 2; o.microbatches = 2; o.globalBatch = 6; }), "global batch 6 does not divide");
         row("sp without tp", with(small("llama3"), [](Options& o) { o.sequenceParallel = true; }), "--sp needs --tp 2");
         row("sp on mlp", with(small("mlp"), [](Options& o) { o.tp = 2; o.sequenceParallel = true; }), "no sequence dim");

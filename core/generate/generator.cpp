@@ -56,8 +56,9 @@ std::string validate(const GenerateOptions& o) {
         e << "global batch " << batch << " does not divide into dp " << o.dp << " x " << o.microbatches << " microbatches";
         return e.str();
     }
-    if (c.layers < o.pp || !divides(o.pp, c.layers)) {
-        e << "pipeline parallelism: " << c.layers << " layers do not divide into " << o.pp << " stages";
+    if (c.layers < o.pp) {
+        // Uneven splits are fine (the first stages take one layer more); empty stages are not.
+        e << "pipeline parallelism: " << c.layers << " layers cannot fill " << o.pp << " stages (each stage needs a layer)";
         return e.str();
     }
     if (c.family == "mlp") {

@@ -99,7 +99,12 @@ public:
         L = c.dp * c.microbatches;
         listedDp = c.compactReplicas ? 1 : c.dp;
         listedMb = c.compactMicrobatches ? 1 : c.microbatches;
-        layersPerStage = std::max(1, m.headLayer / c.pp);
+        // Layers split over the stages as evenly as they go: the first (layers mod pp) stages
+        // take one layer more (126 layers over 16 stages: 14 stages of 8, then 2 of 7).
+        for (int s = 0; s < c.pp; ++s) {
+            const int n = m.headLayer / c.pp + (s < m.headLayer % c.pp ? 1 : 0);
+            for (int k = 0; k < n; ++k) stageOfLayer.push_back(s);
+        }
         produced.assign(m.tensors.size(), -1);
         initialOf.assign(m.tensors.size(), {});
         desired.assign(m.tensors.size(), AxisState::rep());
@@ -112,7 +117,7 @@ private:
     const LogicalModel& M;
     const ParallelConfig& C;
     int L = 1;
-    int layersPerStage = 1;
+    std::vector<int> stageOfLayer;  ///< layer -> pipeline stage
     std::vector<Version> versions;
     std::map<std::string, int> cache;        ///< logical/stage/placement -> version
     std::vector<int> produced;                ///< logical tensor -> the version its producer wrote
@@ -145,7 +150,7 @@ private:
     int stageOf(int layer) const {
         if (layer < 0) return 0;
         if (layer >= M.headLayer) return C.pp - 1;
-        return std::min(C.pp - 1, layer / layersPerStage);
+        return stageOfLayer.empty() ? 0 : stageOfLayer[static_cast<std::size_t>(std::min<int>(layer, static_cast<int>(stageOfLayer.size()) - 1))];
     }
     const LTensor& lt(int t) const { return M.tensors[static_cast<std::size_t>(t)]; }
 
