@@ -12,12 +12,13 @@ trap 'rm -rf "$out"' EXIT
 configs=(
   "llama3-8b --dp 2 --tp 2 --pp 2 --microbatches 2"
   "llama3-8b --dp 2 --tp 2 --pp 2 --microbatches 2 --sp"
-  "llama3-8b --dp 512"
   "gpt2 --dp 2 --tp 2 --pp 2 --microbatches 2"
-  "llama3-70b --dp 2 --tp 8 --pp 4 --microbatches 4"
+  "llama3-8b --dp 512"
+  "llama3-70b --dp 16 --tp 8 --pp 4 --microbatches 32"
+  "llama3-405b --dp 64 --tp 8 --pp 16 --microbatches 16"
 )
-echo "| configuration | generate s | file MB | parallel ops stored | written out | stages | unique | verdict | verify s (wall) | of which expand s | peak MiB |"
-echo "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|"
+echo "| configuration | generate s | file MB | parallel ops stored | written out | stages | unique | tying lanes | verdict | verify s (wall) | of which load s | peak MiB |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|"
 for cfg in "${configs[@]}"; do
   set -- $cfg
   model=$1; shift
@@ -34,7 +35,7 @@ r, i = json.load(open(rep)), json.load(open(ins))
 t, s = r["timing"], r["stages"]
 stored = i.get("stored", {}).get("parallel_ops", i["parallel"]["ops"])
 peak = int(open(mem).read().split()[-1]) // 1024
-print(f"| {cfg} | {float(t1) - float(t0):.1f} | {os.path.getsize(path) / 1e6:.1f} | {stored} | {i['parallel']['ops']} | "
-      f"{s['total']} | {s.get('unique', s['total'])} | {r['verdict']} | {t['total']:.1f} | {t.get('expand', 0):.1f} | {peak} |")
+print(f"| {cfg} | {float(t1) - float(t0):.1f} | {os.path.getsize(path) / 1e6:.1f} | {stored:,} | {i['parallel']['ops']:,} | "
+      f"{s['total']:,} | {s.get('unique', s['total'])} | {s.get('written_out', 0):,} | {r['verdict']} | {t['total']:.1f} | {t['load']:.1f} | {peak:,} |")
 PY
 done
