@@ -10,6 +10,8 @@
 #include <QStandardPaths>
 #include <QTemporaryDir>
 
+#include <set>
+
 #include "find_model.hpp"
 #include "graph_view.hpp"
 #include "inspector.hpp"
@@ -243,6 +245,30 @@ private slots:
         // Collapsed layers are found by their own names too.
         w.find(QStringLiteral("h.0 backward"));
         QVERIFY(w.findModel()->rowCount() >= 1);
+    }
+
+    // A plan stored once is drawn written out, unless that would be too big to draw: then as
+    // stored, saying so, with only the stored replica's ranks.
+    void bigStoredPlansAreDrawnAsStored() {
+        QString error;
+        auto whole = loadPlan(example(QStringLiteral("mlp-dp2-pp2-nm4-lanes.json")), nullptr, &error);
+        QVERIFY2(whole, qPrintable(error));
+        QVERIFY(!whole->plan->replication.active());
+        QCOMPARE(whole->plan->parallel.ops.size(), std::size_t(263));
+        QVERIFY(whole->storedNote.isEmpty());
+        std::set<std::int32_t> all{0, 1, 2, 3};
+        auto stored = loadPlan(example(QStringLiteral("mlp-dp2-pp2-nm4-lanes.json")), &all, &error, 100);
+        QVERIFY2(stored, qPrintable(error));
+        QVERIFY(stored->plan->replication.active());
+        QCOMPARE(stored->plan->parallel.ops.size(), std::size_t(46));
+        QVERIFY2(stored->storedNote.contains(QStringLiteral("microbatch 0 of 4")), qPrintable(stored->storedNote));
+        QVERIFY(stored->storedNote.contains(QStringLiteral("263")));
+        // Ranks 2 and 3 (replica 1) hold nothing as stored and are not drawn.
+        QCOMPARE(static_cast<int>(stored->view.count(ViewSide::Parallel, ViewNodeKind::CollapsedRank)), 2);
+        // The note survives a re-layout.
+        auto again = relayoutPlan(stored->plan, stored->path, ViewOptions{}, &error);
+        QVERIFY(again);
+        QCOMPARE(again->storedNote, stored->storedNote);
     }
 
     void newerJobsWinAndTogglesAccumulate() {

@@ -48,6 +48,14 @@ QString examplesDir() {
     return {};
 }
 
+/// What the status bar says about a plan drawn as stored (empty for a plan drawn whole).
+QString storedNoteFor(const Plan& plan) {
+    if (!plan.replication.active()) return {};
+    return QCoreApplication::translate("MainWindow", "drawn as stored: %1 stands for all (written out: %L2 parallel ops)")
+        .arg(QString::fromStdString(storedOnce(plan.replication)))
+        .arg(static_cast<qulonglong>(writtenOutCounts(plan).ops));
+}
+
 std::shared_ptr<LoadedPlan> layout(std::shared_ptr<const Plan> plan, const QString& path, ViewOptions options, StagePlan stages,
                                    QString* error) {
     QElapsedTimer t;
@@ -71,7 +79,8 @@ std::shared_ptr<LoadedPlan> layout(std::shared_ptr<const Plan> plan, const QStri
 
 }  // namespace
 
-std::shared_ptr<LoadedPlan> loadPlan(const QString& path, const std::set<std::int32_t>* collapsed, QString* error) {
+std::shared_ptr<LoadedPlan> loadPlan(const QString& path, const std::set<std::int32_t>* collapsed, QString* error,
+                                     std::size_t maxWrittenOutOps) {
     QElapsedTimer t;
     t.start();
     auto res = readPlanFile(path.toStdString());
@@ -83,9 +92,22 @@ std::shared_ptr<LoadedPlan> loadPlan(const QString& path, const std::set<std::in
         }
         return nullptr;
     }
-    // The explorer draws every replica: a plan stored with replicas is written out first.
-    std::shared_ptr<const Plan> plan = res.plan->replication.active() ? std::make_shared<const Plan>(expandReplicas(*res.plan))
-                                                                     : std::shared_ptr<const Plan>(std::move(res.plan));
+    // The explorer draws every replica and microbatch of a plan stored once, written out, unless
+    // that is too big to draw (a 405B plan has 135 million ops written out): then it draws what
+    // the plan stores, the one lane that stands for all of them.
+    QString stored;
+    std::shared_ptr<const Plan> plan;
+    if (res.plan->replication.active()) {
+        const auto counts = writtenOutCounts(*res.plan);
+        if (counts.ops <= maxWrittenOutOps) {
+            plan = std::make_shared<const Plan>(expandReplicas(*res.plan));
+        } else {
+            plan = std::shared_ptr<const Plan>(std::move(res.plan));
+            stored = storedNoteFor(*plan);
+        }
+    } else {
+        plan = std::shared_ptr<const Plan>(std::move(res.plan));
+    }
     ViewOptions options;
     options.collapsedRanks = collapsed ? *collapsed : defaultCollapsedRanks(*plan);
     const double read = static_cast<double>(t.nsecsElapsed()) / 1e9;
@@ -96,6 +118,7 @@ std::shared_ptr<LoadedPlan> loadPlan(const QString& path, const std::set<std::in
         lp->seconds = static_cast<double>(t.nsecsElapsed()) / 1e9;
         lp->readSeconds = read;
         lp->stageSeconds = cut;
+        lp->storedNote = stored;
     }
     return lp;
 }
@@ -109,6 +132,7 @@ std::shared_ptr<LoadedPlan> relayoutPlan(std::shared_ptr<const Plan> plan, const
     if (lp) {
         lp->stageSeconds = cut;
         lp->seconds += cut;
+        lp->storedNote = storedNoteFor(*lp->plan);
     }
     return lp;
 }
@@ -432,7 +456,8 @@ void MainWindow::updateStatus() {
                              .arg(p.microbatches)
                              .arg(p.lineage.size())
                              .arg(l->stages.stages.size())
-                             .arg(l->seconds, 0, 'f', 2));
+                             .arg(l->seconds, 0, 'f', 2) +
+                         (l->storedNote.isEmpty() ? QString() : QStringLiteral(" — ") + l->storedNote));
 }
 
 void MainWindow::onNodeSelected(int node) { inspector_->show(scene_->loaded(), node); }

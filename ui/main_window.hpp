@@ -22,8 +22,11 @@ class GraphView;
 class Minimap;
 class Inspector;
 
+/// Plans stored once are drawn written out up to this many parallel ops, as stored beyond.
+constexpr std::size_t kMaxWrittenOutOps = 400000;
 /// Reads, cuts stages, builds the view and lays it out: everything a plan needs, off the GUI thread.
-std::shared_ptr<LoadedPlan> loadPlan(const QString& path, const std::set<std::int32_t>* collapsed, QString* error);
+std::shared_ptr<LoadedPlan> loadPlan(const QString& path, const std::set<std::int32_t>* collapsed, QString* error,
+                                     std::size_t maxWrittenOutOps = kMaxWrittenOutOps);
 /// The same for a plan already in memory (re-layout after expanding or collapsing ranks).
 std::shared_ptr<LoadedPlan> relayoutPlan(std::shared_ptr<const Plan> plan, const QString& path, ViewOptions options, QString* error);
 

@@ -25,6 +25,8 @@ struct LoadedPlan {
     QString path;
     double seconds = 0;  ///< time to read, cut stages and lay out
     double readSeconds = 0, stageSeconds = 0, viewSeconds = 0, layoutSeconds = 0;  ///< its parts
+    /// Non-empty when a plan stored once is drawn as stored (too big to write out): says so.
+    QString storedNote;
 };
 
 class NodeItem;

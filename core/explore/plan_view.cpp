@@ -443,8 +443,14 @@ PlanView buildPlanView(const Plan& plan, const StagePlan& stages, const ViewOpti
     }
 
     // Parallel nodes: each op lives on its home rank (its own, or its first output's for a collective).
+    // A collapsed rank that holds nothing (another replica of a plan drawn as stored) is not drawn.
+    std::vector<bool> holds(plan.ranks.size(), false);
+    for (OpId op = 0; op < P.ops.size(); ++op)
+        if (auto r = P.homeRank(op); r >= 0 && r < static_cast<std::int32_t>(holds.size())) holds[r] = true;
+    for (const auto& t : P.tensors)
+        if (t.rank >= 0 && t.rank < static_cast<std::int32_t>(holds.size())) holds[t.rank] = true;
     for (std::int32_t r = 0; r < static_cast<std::int32_t>(plan.ranks.size()); ++r) {
-        if (!options.collapsedRanks.count(r)) continue;
+        if (!options.collapsedRanks.count(r) || !holds[r]) continue;
         ViewNode n;
         n.side = ViewSide::Parallel;
         n.kind = ViewNodeKind::CollapsedRank;
