@@ -64,7 +64,7 @@ class TestGenerate : public QObject {
 private slots:
     void everyModelAndStrategyIsEquivalent_data() {
         QTest::addColumn<Options>("options");
-        for (const char* model : {"mlp", "gpt2", "llama3"}) {
+        for (const char* model : {"mlp", "gpt2", "llama3", "deepseek"}) {
             auto base = small(model);
             auto row = [&](const char* what, const std::function<void(Options&)>& f) {
                 QTest::newRow((std::string(model) + " " + what).c_str()) << with(base, f);
@@ -88,6 +88,17 @@ private slots:
             }
         }
         QTest::newRow("llama3 dp4 tp2 nm2") << with(small("llama3"), [](Options& o) { o.dp = 4; o.tp = 2; o.microbatches = 2; });
+        QTest::newRow("deepseek tp2 ep2") << with(small("deepseek"), [](Options& o) { o.tp = 2; o.ep = 2; });
+        QTest::newRow("deepseek softmax gate, no groups, full-rank q") << with(small("deepseek"), [](Options& o) {
+            o.model = "deepseek-v2-lite";
+            o.layers = 2;
+            o.hidden = 64;
+            o.heads = 4;
+            o.vocab = 256;
+            o.seq = 16;
+            o.ffn = 128;
+            o.tp = 2;
+        });
         QTest::newRow("llama3 3 layers over pp2 (uneven) nm3") << with(small("llama3"), [](Options& o) { o.layers = 3; o.pp = 2; o.microbatches = 3; });
         QTest::newRow("gpt2 dp2 nm4 written out") << with(small("gpt2"), [](Options& o) { o.dp = 2; o.microbatches = 4; o.format = 1; });
     }
@@ -211,7 +222,8 @@ private slots:
         QTest::addColumn<QString>("message");
         auto row = [](const char* name, Options o, const char* msg) { QTest::newRow(name) << o << QString(msg); };
         row("unknown model", with(small("llama3"), [](Options& o) { o.model = "llama4"; }), "unknown model \"llama4\"");
-        row("deepseek", with(small("llama3"), [](Options& o) { o.model = "deepseek-v3"; }), "DeepSeek");
+        row("ep outside the tp group", with(small("deepseek"), [](Options& o) { o.tp = 2; o.ep = 4; }), "experts are split over the tensor-parallel group");
+        row("tp does not divide experts", with(small("deepseek"), [](Options& o) { o.tp = 3; o.heads = 6; }), "tp 3 does not divide the 8 routed experts");
         row("tp does not divide heads", with(small("llama3"), [](Options& o) { o.tp = 3; }), "does not divide the 4 attention heads");
         row("tp does not divide kv heads", with(small("llama3"), [](Options& o) { o.tp = 4; }), "does not divide the 2 key/value heads");
         row("more stages than layers", with(small("llama3"), [](Options& o) { o.pp = 3; }), "2 layers cannot fill 3 stages");

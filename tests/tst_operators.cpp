@@ -73,6 +73,9 @@ std::vector<OpCase> cases() {
         {"max_backward", {{2, 3}, {2}}, {{2, 3}}, {{"dim", 1}}},
         {"softmax", {{2, 3}}, {{2, 3}}, {{"dim", -1}}},
         {"softmax_backward", {{2, 3}, {2, 3}}, {{2, 3}}, {{"dim", -1}}},
+        {"topk_mask", {{2, 4}}, {{2, 4}}, {{"k", 2}}},
+        {"topk_mask", {{2, 8}}, {{2, 8}}, {{"k", 3}, {"groups", 4}, {"topk_groups", 2}}},
+        {"topk_mask", {{3, 8}}, {{3, 8}}, {{"k", 2}, {"groups", 2}, {"topk_groups", 1}, {"group_score", "top2"}}},
         {"rmsnorm", {{2, 4}, {4}}, {{2, 4}}, {{"eps", "1/100000"}}},
         {"rmsnorm_backward", {{2, 4}, {4}, {2, 4}}, {{2, 4}, {4}}, {{"eps", "1/100000"}}},
         {"layernorm", {{2, 4}, {4}, {4}}, {{2, 4}}, {{"eps", "1/100000"}}},
@@ -297,6 +300,16 @@ private slots:
             return s;
         };
         for (std::size_t i = 0; i < ins.size(); ++i) {
+            if (grads[i] < 0 && c.op == "topk_mask") {
+                // A selection is piecewise constant: away from ties, nudging a score changes nothing.
+                for (std::size_t e = 0; e < ins[i].v.size(); ++e) {
+                    auto plus = ins, minus = ins;
+                    plus[i].v[e] += 1e-6;
+                    minus[i].v[e] -= 1e-6;
+                    QCOMPARE(objective(plus), objective(minus));
+                }
+                continue;
+            }
             if (grads[i] < 0) {
                 QVERIFY2(ins[i].isInt || c.op == "dropout", "a float input has no gradient");
                 continue;
@@ -338,6 +351,46 @@ private slots:
         ins[1].v = {3, 4};
         outs = runNum(reg.spec(*reg.find("all_gather")), ag, ins);
         QCOMPARE(outs[1].v, (std::vector<double>{1, 2, 3, 4}));
+    }
+
+    // Routing picks the k best experts, ties to the lower index; group-limited routing first
+    // keeps the best groups (by their best expert, or their best two).
+    void topkMaskRoutes_data() {
+        QTest::addColumn<QString>("attrs");
+        QTest::addColumn<QVector<double>>("scores");
+        QTest::addColumn<QVector<double>>("mask");
+        QTest::newRow("top 2") << R"({"k": 2})" << QVector<double>{0.1, 0.9, 0.5, 0.7} << QVector<double>{0, 1, 0, 1};
+        QTest::newRow("ties to the lower index") << R"({"k": 2})" << QVector<double>{0.5, 0.5, 0.5, 0.1} << QVector<double>{1, 1, 0, 0};
+        QTest::newRow("best group by its best expert") << R"({"k": 2, "groups": 2, "topk_groups": 1})"
+                                                       << QVector<double>{0.9, 0.1, 0.1, 0.8, 0.7, 0.6, 0.5, 0.4}
+                                                       << QVector<double>{1, 0, 0, 1, 0, 0, 0, 0};
+        QTest::newRow("best group by its best two") << R"({"k": 2, "groups": 2, "topk_groups": 1, "group_score": "top2"})"
+                                                    << QVector<double>{0.9, 0.1, 0.1, 0.0, 0.7, 0.6, 0.5, 0.4}
+                                                    << QVector<double>{0, 0, 0, 0, 1, 1, 0, 0};
+    }
+    void topkMaskRoutes() {
+        QFETCH(QString, attrs);
+        QFETCH(QVector<double>, scores);
+        QFETCH(QVector<double>, mask);
+        const auto& reg = OpRegistry::instance();
+        const std::int64_t n = scores.size();
+        OpCase c{"topk_mask", {{1, n}}, {{1, n}}, json::parse(attrs.toStdString())};
+        std::vector<Value<double>> ins(1);
+        ins[0].shape = {1, n};
+        ins[0].v.assign(scores.begin(), scores.end());
+        const auto& spec = reg.spec(*reg.find("topk_mask"));
+        QVERIFY(checkOp(spec, c.attrs, c.inputs, c.outputs, {DType::Float}).empty());
+        auto outs = runNum(spec, c, ins);
+        QCOMPARE(QVector<double>(outs[0].v.begin(), outs[0].v.end()), mask);
+    }
+
+    void topkMaskRejectsImpossibleRouting() {
+        const auto& reg = OpRegistry::instance();
+        const auto& spec = reg.spec(*reg.find("topk_mask"));
+        QVERIFY(!checkOp(spec, json{{"k", 5}}, {{2, 4}}, {{2, 4}}, {DType::Float}).empty());
+        QVERIFY(checkOp(spec, json{{"k", 2}, {"groups", 3}}, {{2, 4}}, {{2, 4}}, {DType::Float}).find("equal groups") != std::string::npos);
+        QVERIFY(!checkOp(spec, json{{"k", 2}, {"groups", 2}, {"topk_groups", 3}}, {{2, 4}}, {{2, 4}}, {DType::Float}).empty());
+        QVERIFY(checkOp(spec, json{{"k", 1}, {"groups", 2}, {"group_score", "mean"}}, {{2, 4}}, {{2, 4}}, {DType::Float}).find("group_score") != std::string::npos);
     }
 
     void crossEntropyIsTheRealLoss() {

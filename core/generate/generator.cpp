@@ -23,8 +23,6 @@ ModelConfig modelConfig(const GenerateOptions& o) {
 }
 
 std::string validate(const GenerateOptions& o) {
-    if (o.model.starts_with("deepseek"))
-        return "model " + o.model + ": DeepSeek (MLA attention, MoE) is not in the generator yet; available: mlp, gpt2, llama3, llama3-8b, llama3-70b, llama3-405b";
     if (!preset(o.model)) {
         std::string names;
         for (const auto& n : presetNames()) names += (names.empty() ? "" : ", ") + n;
@@ -32,7 +30,11 @@ std::string validate(const GenerateOptions& o) {
     }
     for (auto [v, n] : {std::pair{o.dp, "--dp"}, {o.tp, "--tp"}, {o.pp, "--pp"}, {o.microbatches, "--microbatches"}, {o.ep, "--ep"}, {o.cp, "--cp"}})
         if (v < 1) return std::string(n) + " must be at least 1";
-    if (o.ep > 1) return "--ep " + std::to_string(o.ep) + ": expert parallelism needs a model with experts (DeepSeek), which the generator does not build yet";
+    if (o.ep > 1 && preset(o.model)->experts == 0)
+        return "--ep " + std::to_string(o.ep) + ": expert parallelism needs a model with experts (deepseek, deepseek-v2-lite, deepseek-v2, deepseek-v3)";
+    if (o.ep > 1 && o.ep != o.tp)
+        return "--ep " + std::to_string(o.ep) + ": experts are split over the tensor-parallel group (ep = tp = " + std::to_string(o.tp) +
+               "); expert parallelism over other ranks is not in the generator yet";
     if (o.cp > 1) return "--cp " + std::to_string(o.cp) + ": context parallelism is not in the generator yet";
     if (o.zero < 0 || o.zero > 3) return "--zero must be 1, 2 or 3";
     if (o.zero > 0 && o.dp < 2) return "--zero " + std::to_string(o.zero) + " needs --dp 2 or more (ZeRO splits over the data-parallel replicas)";
@@ -66,6 +68,25 @@ std::string validate(const GenerateOptions& o) {
         if (!divides(o.tp, c.ffn)) {
             e << "tensor parallelism: tp " << o.tp << " does not divide the ffn size " << c.ffn;
             return e.str();
+        }
+        return {};
+    }
+    if (c.family == "deepseek") {
+        if (c.qkRopeDim % 2 != 0) { e << "RoPE dim " << c.qkRopeDim << " must be even (RoPE rotates pairs)"; return e.str(); }
+        if (!divides(o.tp, c.heads)) { e << "tensor parallelism: tp " << o.tp << " does not divide the " << c.heads << " attention heads"; return e.str(); }
+        if (!divides(o.tp, c.experts)) {
+            e << "expert parallelism: tp " << o.tp << " does not divide the " << c.experts << " routed experts (they are split over the tensor-parallel group)";
+            return e.str();
+        }
+        if (c.denseLayers > 0 && !divides(o.tp, c.ffn)) { e << "tensor parallelism: tp " << o.tp << " does not divide the ffn size " << c.ffn; return e.str(); }
+        if (c.sharedExperts > 0 && !divides(o.tp, c.moeFfn * c.sharedExperts)) {
+            e << "tensor parallelism: tp " << o.tp << " does not divide the shared experts' size " << c.moeFfn * c.sharedExperts;
+            return e.str();
+        }
+        if (!divides(o.tp, c.vocab)) { e << "tensor parallelism: tp " << o.tp << " does not divide the vocabulary of " << c.vocab; return e.str(); }
+        if (o.sequenceParallel) {
+            if (o.tp < 2) return "--sp needs --tp 2 or more (sequence parallelism splits the sequence over the tensor-parallel group)";
+            if (!divides(o.tp, c.seq)) { e << "sequence parallelism: tp " << o.tp << " does not divide the sequence length " << c.seq; return e.str(); }
         }
         return {};
     }
@@ -119,7 +140,12 @@ json generatePlan(const GenerateOptions& o) {
     if (o.sequenceParallel) name << "-sp";
     if (o.zero) name << "-zero" << o.zero;
     desc << "One training step of " << o.model << " (" << c.layers << " layers, hidden " << c.hidden;
-    if (c.family != "mlp") desc << ", " << c.heads << " heads, " << c.kvHeads << " kv heads, seq " << c.seq;
+    if (c.family == "deepseek")
+        desc << ", " << c.heads << " heads with MLA (q rank " << c.qLoraRank << ", kv rank " << c.kvLoraRank << "), " << c.experts
+             << " routed experts (top " << c.topk << ", " << c.scoreFunc << " gate) and " << c.sharedExperts << " shared after "
+             << c.denseLayers << " dense layer(s), seq " << c.seq;
+    else if (c.family != "mlp")
+        desc << ", " << c.heads << " heads, " << c.kvHeads << " kv heads, seq " << c.seq;
     desc << ", ffn " << c.ffn << ", vocab " << c.vocab << "), global batch " << batch << ", " << o.optimizer
          << " optimizer; data parallel " << o.dp << ", tensor parallel " << o.tp << (o.sequenceParallel ? " with sequence parallelism" : "")
          << (o.zero ? ", ZeRO-" + std::to_string(o.zero) : std::string()) << (o.clipGrad.empty() ? "" : ", gradients clipped to global norm " + o.clipGrad)

@@ -24,15 +24,63 @@ constexpr Preset kPresets[] = {
     {"llama3-405b", "llama3", 126, 16384, 128, 8, 53248, 128256, 8192, false},
 };
 
+/// DeepSeek presets (published configurations; "deepseek" is a small one with every feature:
+/// a low-rank query, group-limited top-2-scored sigmoid routing, shared experts, a dense layer).
+struct DeepseekPreset {
+    const char* name;
+    std::int64_t layers, hidden, heads, vocab, seq, ffn;
+    std::int64_t qLora, kvLora, nope, rope, v;
+    std::int64_t experts, shared, topk, moeFfn, dense, groups, topkGroups;
+    const char* score;
+    const char* routeScale;
+    const char* groupScore;
+};
+constexpr DeepseekPreset kDeepseek[] = {
+    {"deepseek", 2, 64, 4, 256, 16, 128, 32, 32, 16, 8, 16, 8, 1, 2, 32, 1, 4, 2, "sigmoid", "5/2", "top2"},
+    {"deepseek-v2-lite", 27, 2048, 16, 102400, 4096, 10944, 0, 512, 128, 64, 128, 64, 2, 6, 1408, 1, 1, 1, "softmax", "1", "max"},
+    {"deepseek-v2", 60, 5120, 128, 102400, 4096, 12288, 1536, 512, 128, 64, 128, 160, 2, 6, 1536, 1, 8, 3, "softmax", "16", "max"},
+    {"deepseek-v3", 61, 7168, 128, 129280, 4096, 18432, 1536, 512, 128, 64, 128, 256, 1, 8, 2048, 3, 8, 4, "sigmoid", "5/2", "top2"},
+};
+
 }  // namespace
 
 std::vector<std::string> presetNames() {
     std::vector<std::string> names;
     for (const auto& p : kPresets) names.emplace_back(p.name);
+    for (const auto& p : kDeepseek) names.emplace_back(p.name);
     return names;
 }
 
 std::optional<ModelConfig> preset(const std::string& name) {
+    for (const auto& p : kDeepseek) {
+        if (name != p.name) continue;
+        ModelConfig c;
+        c.preset = name;
+        c.family = "deepseek";
+        c.layers = p.layers;
+        c.hidden = p.hidden;
+        c.heads = c.kvHeads = p.heads;
+        c.vocab = p.vocab;
+        c.seq = p.seq;
+        c.ffn = p.ffn;
+        c.normEps = "1e-6";
+        c.qLoraRank = p.qLora;
+        c.kvLoraRank = p.kvLora;
+        c.qkNopeDim = p.nope;
+        c.qkRopeDim = p.rope;
+        c.vHeadDim = p.v;
+        c.experts = p.experts;
+        c.sharedExperts = p.shared;
+        c.topk = p.topk;
+        c.moeFfn = p.moeFfn;
+        c.denseLayers = p.dense;
+        c.expertGroups = p.groups;
+        c.topkGroups = p.topkGroups;
+        c.scoreFunc = p.score;
+        c.routeScale = p.routeScale;
+        c.groupScore = p.groupScore;
+        return c;
+    }
     for (const auto& p : kPresets) {
         if (name != p.name) continue;
         ModelConfig c;
@@ -106,9 +154,14 @@ struct Builder {
 
     /// Causal self-attention over q [B,S,nh,hd], k/v [B,S,nkv,hd]; returns [B, S, nh*hd].
     int attention(const std::string& p, int q, int k, int v, int mask) {
-        const auto hd = c.headDim();
         k = repeatKv(p + ".k_repeat", k);
         v = repeatKv(p + ".v_repeat", v);
+        return attend(p, q, k, v, mask, c.headDim());
+    }
+
+    /// softmax(q k^T / sqrt(scaleDim) + mask) v over q/k [B,S,nh,dk], v [B,S,nh,dv]; returns [B, S, nh*dv].
+    int attend(const std::string& p, int q, int k, int v, int mask, std::int64_t scaleDim) {
+        const auto hd = scaleDim;
         int qt = permute(p + ".q_heads", q, {0, 2, 1, 3});
         int kt = permute(p + ".k_heads", k, {0, 2, 1, 3});
         int vt = permute(p + ".v_heads", v, {0, 2, 1, 3});
@@ -117,9 +170,28 @@ struct Builder {
         int scaled = un("div_sqrt", p + ".scale", scores, json{{"n", hd}});
         int masked = ew("add", p + ".mask", scaled, mask);
         int probs = un("softmax", p + ".softmax", masked, json{{"dim", 3}});
-        int ctx = m.op1("matmul", p + ".context", {probs, vt}, json::object(), qs);
+        const auto dv = m.shape(vt)[3];
+        int ctx = m.op1("matmul", p + ".context", {probs, vt}, json::object(), Shape{qs[0], qs[1], qs[2], dv});
         int back = permute(p + ".context_tokens", ctx, {0, 2, 1, 3});
-        return reshape(p + ".context_merge", back, {qs[0], qs[2], qs[1] * qs[3]});
+        return reshape(p + ".context_merge", back, {qs[0], qs[2], qs[1] * dv});
+    }
+
+    int slice(const std::string& name, int x, int dim, std::int64_t start, std::int64_t end) {
+        Shape s = m.shape(x);
+        s[static_cast<std::size_t>(dim)] = end - start;
+        return m.op1("slice", name, {x}, json{{"dim", dim}, {"start", start}, {"end", end}}, s);
+    }
+
+    /// SwiGLU feed-forward (Megatron placement: w1, w3 column-parallel, w2 row-parallel).
+    int swiglu(const std::string& p, int h, std::int64_t inner) {
+        const auto H = m.shape(h).back();
+        int w1 = m.weight(p + ".w1.weight", {inner, H}, 0);
+        int w3 = m.weight(p + ".w3.weight", {inner, H}, 0);
+        int w2 = m.weight(p + ".w2.weight", {H, inner}, 1);
+        int gate = un("silu", p + ".silu", linear(p + ".w1", h, w1));
+        int up = linear(p + ".w3", h, w3);
+        int act = ew("mul", p + ".swiglu", gate, up);
+        return linear(p + ".w2", act, w2);
     }
 };
 
@@ -234,13 +306,7 @@ void buildLlama3(Builder& b, bool sp) {
         x = b.ew("add", p + ".attention.residual", x, o);
         int fn = m.weight(p + ".ffn_norm.weight", {H});
         h = b.rmsnorm(p + ".ffn_norm", x, fn);
-        int w1 = m.weight(p + ".feed_forward.w1.weight", {F, H}, 0);
-        int w3 = m.weight(p + ".feed_forward.w3.weight", {F, H}, 0);
-        int w2 = m.weight(p + ".feed_forward.w2.weight", {H, F}, 1);
-        int gate = b.un("silu", p + ".feed_forward.silu", b.linear(p + ".feed_forward.w1", h, w1));
-        int up = b.linear(p + ".feed_forward.w3", h, w3);
-        int act = b.ew("mul", p + ".feed_forward.swiglu", gate, up);
-        int down = b.linear(p + ".feed_forward.w2", act, w2);
+        int down = b.swiglu(p + ".feed_forward", h, F);
         x = b.ew("add", p + ".feed_forward.residual", x, down);
     }
     m.layer = static_cast<int>(c.layers);
@@ -249,6 +315,125 @@ void buildLlama3(Builder& b, bool sp) {
     int h = b.rmsnorm("norm", x, fw);
     int wout = m.weight("output.weight", {c.vocab, H}, 0);
     int logits = b.linear("output", h, wout);
+    m.loss = m.op1("cross_entropy", "loss", {logits, labels}, json::object(), Shape{});
+}
+
+/// DeepSeek V2/V3: multi-head latent attention (low-rank query and key/value projections, the
+/// decoupled RoPE part of each query head and one shared RoPE key), then a dense SwiGLU in the
+/// first layers and a mixture of experts in the others: shared experts plus routed experts,
+/// weighted by the gate (softmax, or sigmoid renormalised over the chosen experts, times the route
+/// scale) over the top-k experts of the best groups. The experts are computed densely and weighted
+/// by the gate (zero for the experts a token is not routed to), which is the same function as
+/// dispatching tokens; the routed expert weights are split over the tensor-parallel ranks (expert
+/// parallelism inside the tensor-parallel group), their outputs summed by an all-reduce.
+void buildDeepseek(Builder& b, bool sp) {
+    auto& m = b.m;
+    const auto& c = b.c;
+    const auto B = b.B, S = c.seq, H = c.hidden, nh = c.heads;
+    const auto nope = c.qkNopeDim, rope = c.qkRopeDim, dv = c.vHeadDim, dq = nope + rope;
+    const auto E = c.experts, T = B * S;
+    m.batchDim = 0;
+    m.seqDim = 1;
+    m.layer = kEmbeddingLayer;
+    int ids = m.input("tokens", {B, S}, Role::Input, DType::Int);
+    int labels = m.input("labels", {B, S}, Role::Input, DType::Int);
+    m.dataInputs = {ids, labels};
+    int cos = m.input("rope.cos", {S, 1, rope}, Role::Input);
+    int sin = m.input("rope.sin", {S, 1, rope}, Role::Input);
+    int mask = m.input("attn.causal_mask", {S, S}, Role::Input);
+    int emb = m.weight("embed.weight", {c.vocab, H}, -1);
+    int x = m.op1("embedding", "embed", {ids, emb}, json::object(), Shape{B, S, H});
+    if (sp) m.seqParallelStarts.push_back(x);
+    for (std::int64_t l = 0; l < c.layers; ++l) {
+        m.layer = static_cast<int>(l);
+        const auto p = "layers." + std::to_string(l);
+        const auto a = p + ".attn";
+        int an = m.weight(p + ".attn_norm.weight", {H});
+        int h = b.rmsnorm(p + ".attn_norm", x, an);
+        // Queries: low-rank (wq_a, its norm, wq_b) or one projection; split into heads.
+        int q;
+        if (c.qLoraRank > 0) {
+            int wqa = m.weight(a + ".wq_a.weight", {c.qLoraRank, H}, -1);
+            int qn = m.weight(a + ".q_norm.weight", {c.qLoraRank});
+            int wqb = m.weight(a + ".wq_b.weight", {nh * dq, c.qLoraRank}, 0);
+            q = b.linear(a + ".wq_b", b.rmsnorm(a + ".q_norm", b.linear(a + ".wq_a", h, wqa), qn), wqb);
+        } else {
+            int wq = m.weight(a + ".wq.weight", {nh * dq, H}, 0);
+            q = b.linear(a + ".wq", h, wq);
+        }
+        q = b.reshape(a + ".q_split", q, {B, S, nh, dq});
+        int qNope = b.slice(a + ".q_nope", q, 3, 0, nope);
+        int qPe = b.rope(a + ".q_rope", b.slice(a + ".q_pe", q, 3, nope, dq), cos, sin);
+        // Keys and values: one latent (wkv_a, its norm) expanded per head (wkv_b); the RoPE key is
+        // shared by every head.
+        int wkva = m.weight(a + ".wkv_a.weight", {c.kvLoraRank + rope, H}, -1);
+        int kva = b.linear(a + ".wkv_a", h, wkva);
+        int kvn = m.weight(a + ".kv_norm.weight", {c.kvLoraRank});
+        int latent = b.rmsnorm(a + ".kv_norm", b.slice(a + ".kv_latent", kva, 2, 0, c.kvLoraRank), kvn);
+        int kPe = b.reshape(a + ".k_pe_head", b.slice(a + ".k_pe", kva, 2, c.kvLoraRank, c.kvLoraRank + rope), {B, S, 1, rope});
+        kPe = b.rope(a + ".k_rope", kPe, cos, sin);
+        kPe = m.op1("expand", a + ".k_rope_heads", {kPe}, json::object(), Shape{B, S, nh, rope});
+        int wkvb = m.weight(a + ".wkv_b.weight", {nh * (nope + dv), c.kvLoraRank}, 0);
+        int kv = b.reshape(a + ".kv_split", b.linear(a + ".wkv_b", latent, wkvb), {B, S, nh, nope + dv});
+        int kNope = b.slice(a + ".k_nope", kv, 3, 0, nope);
+        int v = b.slice(a + ".v", kv, 3, nope, nope + dv);
+        int qFull = m.op1("concat", a + ".q", {qNope, qPe}, json{{"dim", 3}}, Shape{B, S, nh, dq});
+        int kFull = m.op1("concat", a + ".k", {kNope, kPe}, json{{"dim", 3}}, Shape{B, S, nh, dq});
+        int ctx = b.attend(a, qFull, kFull, v, mask, dq);
+        int wo = m.weight(a + ".wo.weight", {H, nh * dv}, 1);
+        x = b.ew("add", a + ".residual", x, b.linear(a + ".wo", ctx, wo));
+        int fn = m.weight(p + ".ffn_norm.weight", {H});
+        h = b.rmsnorm(p + ".ffn_norm", x, fn);
+        if (l < c.denseLayers) {
+            x = b.ew("add", p + ".ffn.residual", x, b.swiglu(p + ".ffn", h, c.ffn));
+            continue;
+        }
+        // Mixture of experts. The gate scores every expert for every token.
+        const auto f = p + ".moe";
+        int wg = m.weight(f + ".gate.weight", {E, H}, -1);
+        int logits = b.linear(f + ".gate", h, wg);
+        int scores = c.scoreFunc == "sigmoid" ? b.un("sigmoid", f + ".scores", logits)
+                                              : b.un("softmax", f + ".scores", logits, json{{"dim", 2}});
+        json route{{"k", c.topk}};
+        if (c.expertGroups > 1) {
+            route["groups"] = c.expertGroups;
+            route["topk_groups"] = c.topkGroups;
+            route["group_score"] = c.groupScore;
+        }
+        int chosen = b.un("topk_mask", f + ".route", scores, route);
+        int weights = b.ew("mul", f + ".chosen_scores", scores, chosen);
+        if (c.scoreFunc == "sigmoid") {
+            int total = m.op1("sum", f + ".chosen_total", {weights}, json{{"dims", {2}}, {"keepdim", true}}, Shape{B, S, 1});
+            weights = m.op1("div", f + ".normalised", {weights, total}, json::object(), Shape{B, S, E});
+        }
+        if (c.routeScale != "1") weights = b.un("mul_scalar", f + ".route_scale", weights, json{{"value", c.routeScale}});
+        // Routed experts, computed densely over the tokens and weighted by the gate.
+        int tokens = b.reshape(f + ".tokens", h, {1, T, H});
+        int each = m.op1("expand", f + ".to_experts", {tokens}, json::object(), Shape{E, T, H});
+        int w1 = m.weight(f + ".experts.w1.weight", {E, c.moeFfn, H}, 0);
+        int w3 = m.weight(f + ".experts.w3.weight", {E, c.moeFfn, H}, 0);
+        int w2 = m.weight(f + ".experts.w2.weight", {E, H, c.moeFfn}, 0);
+        auto bmm = [&](const std::string& n, int in, int w, std::int64_t outDim) {
+            return m.op1("matmul", n, {in, w}, json{{"transpose_b", true}}, Shape{E, T, outDim});
+        };
+        int gate = b.un("silu", f + ".experts.silu", bmm(f + ".experts.w1", each, w1, c.moeFfn));
+        int up = bmm(f + ".experts.w3", each, w3, c.moeFfn);
+        int out = bmm(f + ".experts.w2", b.ew("mul", f + ".experts.swiglu", gate, up), w2, H);
+        int perExpert = b.reshape(f + ".weights_per_expert", b.permute(f + ".weights_experts_first",
+                                                                       b.reshape(f + ".weights_tokens", weights, {T, E}), {1, 0}),
+                                  {E, T, 1});
+        int weighted = m.op1("mul", f + ".weighted", {out, perExpert}, json::object(), Shape{E, T, H});
+        int routed = m.op1("sum", f + ".combine", {weighted}, json{{"dims", {0}}}, Shape{T, H});
+        int moe = b.reshape(f + ".routed", routed, {B, S, H});
+        if (c.sharedExperts > 0) moe = b.ew("add", f + ".with_shared", moe, b.swiglu(f + ".shared", h, c.moeFfn * c.sharedExperts));
+        x = b.ew("add", p + ".moe.residual", x, moe);
+    }
+    m.layer = static_cast<int>(c.layers);
+    m.headLayer = m.layer;
+    int fw = m.weight("norm.weight", {H});
+    int hn = b.rmsnorm("norm", x, fw);
+    int wout = m.weight("head.weight", {c.vocab, H}, 0);
+    int logits = b.linear("head", hn, wout);
     m.loss = m.op1("cross_entropy", "loss", {logits, labels}, json::object(), Shape{});
 }
 
@@ -263,6 +448,8 @@ void buildForward(LogicalModel& m, const ModelConfig& c, std::int64_t batch, boo
         buildGpt2(b, sp);
     else if (c.family == "llama3")
         buildLlama3(b, sp);
+    else if (c.family == "deepseek")
+        buildDeepseek(b, sp);
     else
         throw std::logic_error("generator: unknown model family " + c.family);
     m.tensors[static_cast<std::size_t>(m.loss)].role = Role::Loss;

@@ -12,7 +12,7 @@
 namespace tv::gen {
 
 struct ModelConfig {
-    std::string family;   ///< mlp, gpt2, llama3
+    std::string family;   ///< mlp, gpt2, llama3, deepseek
     std::string preset;   ///< the preset it came from (informational)
     std::int64_t layers = 2;
     std::int64_t hidden = 64;
@@ -23,6 +23,19 @@ struct ModelConfig {
     std::int64_t seq = 16;
     std::string normEps = "1e-5";
     bool tiedEmbeddings = false;
+    // DeepSeek: multi-head latent attention (MLA) and mixture of experts (MoE).
+    std::int64_t qLoraRank = 0;      ///< low-rank query projection (0: a full one)
+    std::int64_t kvLoraRank = 0;     ///< the compressed key/value latent
+    std::int64_t qkNopeDim = 0, qkRopeDim = 0, vHeadDim = 0;  ///< per head: the part without RoPE, the decoupled RoPE part, values
+    std::int64_t experts = 0;        ///< routed experts (0: no MoE)
+    std::int64_t sharedExperts = 0;
+    std::int64_t topk = 0;           ///< experts each token is routed to
+    std::int64_t moeFfn = 0;         ///< each expert's inner size
+    std::int64_t denseLayers = 0;    ///< the first layers keep a dense feed-forward (inner size ffn)
+    std::int64_t expertGroups = 1, topkGroups = 1;  ///< group-limited routing
+    std::string scoreFunc = "softmax";  ///< gate scoring: softmax or sigmoid (then renormalised over the chosen)
+    std::string routeScale = "1";
+    std::string groupScore = "max";  ///< how a group is scored: its best expert (max) or best two (top2)
     std::int64_t headDim() const { return heads ? hidden / heads : 0; }
 };
 

@@ -15,6 +15,7 @@ SymAlgebra::SymAlgebra(z3::context& ctx)
       fTanh(z3::function("tanh", ctx.real_sort(), ctx.real_sort())),
       fErf(z3::function("erf", ctx.real_sort(), ctx.real_sort())),
       fPow(z3::function("pow", ctx.real_sort(), ctx.real_sort(), ctx.real_sort())),
+      fInv(z3::function("inv", ctx.real_sort(), ctx.real_sort())),
       piConst(ctx.real_const("%pi")) {}
 
 namespace {
@@ -28,7 +29,8 @@ bool isNumeral(const z3::expr& e, std::int64_t v) {
 }  // namespace
 
 z3::expr SymAlgebra::num(const Rational& r) const {
-    return c.real_val(std::to_string(r.num()).c_str()) / c.real_val(std::to_string(r.den()).c_str());
+    // One rational numeral (not a division of two), so constants stay recognisable as such.
+    return c.real_val((std::to_string(r.num()) + "/" + std::to_string(r.den())).c_str());
 }
 
 z3::expr SymAlgebra::add(const S& a, const S& b) const {
@@ -46,9 +48,15 @@ z3::expr SymAlgebra::mul(const S& a, const S& b) const {
     if (isNumeral(b, 1)) return a;
     return a * b;
 }
+// x / y is x * inv(y): exact for a nonzero constant y, and otherwise linear in x whatever y is.
+// Z3's own x / 0 is a separate unknown for every x, so (a + b) / y = a / y + b / y and
+// (2a) / y = 2 (a / y) would fail at y = 0, and with them every partial sum or scaled
+// gradient divided by a tensor (a norm, a gate's total). inv(0) is one unknown: real division by
+// zero has no value to disagree with.
 z3::expr SymAlgebra::div(const S& a, const S& b) const {
     if (isNumeral(b, 1)) return a;
-    return a / b;
+    if (b.is_numeral() && !isNumeral(b, 0)) return mul(a, c.real_val(1) / b);
+    return mul(a, fInv(b));
 }
 z3::expr SymAlgebra::neg(const S& a) const { return -a; }
 z3::expr SymAlgebra::sum(const std::vector<S>& xs) const {
@@ -104,6 +112,7 @@ double evaluateTerm(const z3::expr& root, const std::function<double(const std::
                     else if (name == "tanh") r = std::tanh(arg(0));
                     else if (name == "erf") r = std::erf(arg(0));
                     else if (name == "pow") r = std::pow(arg(0), arg(1));
+                    else if (name == "inv") r = 1.0 / arg(0);
                     else throw std::runtime_error("evaluateTerm: unknown function " + name);
                     break;
                 }

@@ -1,7 +1,8 @@
 // The two scalar algebras every operator is written against once:
 //  - SymAlgebra: Z3 Real terms; polynomial arithmetic exact, sums flat and n-ary, and the
 //    non-polynomial functions (exp, log, sqrt, rsqrt, sigmoid, tanh, erf, pow with a
-//    non-integer exponent) as uninterpreted functions, so equal arguments give equal results.
+//    non-integer exponent, and the reciprocal 1/y of a division by a non-constant) as
+//    uninterpreted functions, so equal arguments give equal results.
 //  - NumAlgebra: doubles with the real functions, for replay, stepping and tests.
 #pragma once
 
@@ -58,7 +59,7 @@ struct SymAlgebra {
     explicit SymAlgebra(z3::context& ctx);
 
     z3::context& c;
-    z3::func_decl fExp, fLog, fSqrt, fRsqrt, fSigmoid, fTanh, fErf, fPow;
+    z3::func_decl fExp, fLog, fSqrt, fRsqrt, fSigmoid, fTanh, fErf, fPow, fInv;
     z3::expr piConst;
 
     S num(const Rational& r) const;

@@ -155,6 +155,16 @@ OpDims operatorDims(std::string_view kindName, const nlohmann::json& a, const st
         }
         return d;
     }
+    if (k == "topk_mask") {
+        // Routing reads each token's scores over all experts (the last dim) whole.
+        const auto& x = in[0];
+        std::vector<int> l;
+        for (std::size_t i = 0; i + 1 < x.size(); ++i) l.push_back(d.add(x[i]));
+        l.push_back(-1);
+        d.in = {l};
+        d.out = {l};
+        return d;
+    }
     if (k == "rmsnorm" || k == "layernorm" || k == "rmsnorm_backward" || k == "layernorm_backward") {
         const auto& x = in[0];
         std::vector<int> l;

@@ -55,6 +55,10 @@ std::int64_t attrInt(const json& a, const char* key, std::int64_t def = 0) {
     auto it = a.find(key);
     return it != a.end() && it->is_number_integer() ? it->get<std::int64_t>() : def;
 }
+std::string attrString(const json& a, const char* k, const std::string& def) {
+    auto it = a.find(k);
+    return it == a.end() || !it->is_string() ? def : it->get<std::string>();
+}
 bool attrBool(const json& a, const char* key, bool def = false) {
     auto it = a.find(key);
     return it != a.end() && it->is_boolean() ? it->get<bool>() : def;
@@ -448,6 +452,85 @@ struct MaxBackwardOp {
                 notYet = alg.land(notYet, alg.lnot(alg.eq(x.v[offs[k]], m)));
             }
             ++row;
+        });
+    }
+};
+
+// ===== routing =================================================================================
+
+/// Mixture-of-experts routing: along the last dim (the experts), 1 for the k experts with the
+/// highest scores and 0 for the rest, ties to the lower index. With "groups" G and "topk_groups"
+/// TG, the experts form G equal groups, each scored by its best expert ("group_score": "max") or
+/// its best two ("top2"), and only the TG best groups are eligible (DeepSeek's group-limited
+/// routing). Exact: every comparison is a term, none is abstracted away.
+template <class C>
+void shapeTopkMask(C& c, const std::vector<Dims<C>>& in, const std::vector<Dims<C>>& out, const json& a) {
+    if (!c.require(!in[0].empty(), "topk_mask needs the experts as the last dim")) return;
+    const auto& e = in[0].back();
+    const auto E = c.orig(e);
+    const auto k = attrInt(a, "k", 1), G = attrInt(a, "groups", 1), TG = attrInt(a, "topk_groups", G);
+    if (!c.require(k >= 1 && G >= 1 && TG >= 1 && TG <= G, "attributes k, groups, topk_groups must be positive, topk_groups <= groups")) return;
+    if (!c.require(E % G == 0, "the " + std::to_string(E) + " experts do not form " + std::to_string(G) + " equal groups")) return;
+    if (!c.require(k <= E / G * TG, "k = " + std::to_string(k) + " exceeds the experts of the eligible groups")) return;
+    if (!c.require(attrString(a, "group_score", "max") == "max" || (attrString(a, "group_score", "max") == "top2" && E / G >= 2),
+                   "attribute group_score must be \"max\" or \"top2\" (groups of two or more)"))
+        return;
+    c.fixed(e);  // which experts win depends on how many there are: never reduced
+    shapeSame(c, in, out, a);
+}
+
+struct TopkMaskOp {
+    template <class A>
+    static void eval(const A& alg, std::span<const Value<typename A::S>* const> in, std::span<Value<typename A::S>> out,
+                     const EvalContext& ctx) {
+        using S = typename A::S;
+        using B = typename A::B;
+        const auto& x = *in[0];
+        auto& o = out[0];
+        initOut(alg, o);
+        const auto d = x.shape.size() - 1;
+        const auto E = x.shape[d];
+        const auto k = attrInt(ctx.attrs, "k", 1), G = attrInt(ctx.attrs, "groups", 1), TG = attrInt(ctx.attrs, "topk_groups", G);
+        const bool top2 = attrString(ctx.attrs, "group_score", "max") == "top2";
+        const auto n = E / G;
+        // Rank of item i among `vals` (how many beat it; ties go to the lower index), restricted to `ok`.
+        auto beaten = [&](const std::vector<S>& vals, const std::vector<B>& ok, std::size_t i) {
+            std::vector<S> terms;
+            for (std::size_t j = 0; j < vals.size(); ++j) {
+                if (j == i) continue;
+                B beats = j < i ? alg.ge(vals[j], vals[i]) : alg.gt(vals[j], vals[i]);
+                terms.push_back(alg.ite(alg.land(ok[j], beats), alg.one(), alg.zero()));
+            }
+            return terms.empty() ? alg.zero() : alg.sum(terms);
+        };
+        forEachRow(x.shape, d, [&](const std::vector<std::int64_t>& offs, const std::vector<std::int64_t>&) {
+            std::vector<S> s;
+            for (auto off : offs) s.push_back(x.v[off]);
+            std::vector<B> eligible(static_cast<std::size_t>(E), alg.btrue());
+            if (G > 1) {
+                std::vector<S> score;
+                for (std::int64_t g = 0; g < G; ++g) {
+                    std::vector<S> cand;
+                    for (std::int64_t a = 0; a < n; ++a) {
+                        if (!top2) cand.push_back(s[static_cast<std::size_t>(g * n + a)]);
+                        else
+                            for (std::int64_t b = a + 1; b < n; ++b)
+                                cand.push_back(alg.add(s[static_cast<std::size_t>(g * n + a)], s[static_cast<std::size_t>(g * n + b)]));
+                    }
+                    auto m = cand[0];
+                    for (std::size_t i = 1; i < cand.size(); ++i) m = alg.ite(alg.ge(m, cand[i]), m, cand[i]);
+                    score.push_back(m);
+                }
+                std::vector<B> all(static_cast<std::size_t>(G), alg.btrue());
+                for (std::int64_t g = 0; g < G; ++g) {
+                    B chosen = alg.gt(alg.num(Rational(TG)), beaten(score, all, static_cast<std::size_t>(g)));
+                    for (std::int64_t a = 0; a < n; ++a) eligible[static_cast<std::size_t>(g * n + a)] = chosen;
+                }
+            }
+            for (std::int64_t e = 0; e < E; ++e) {
+                B win = alg.land(eligible[static_cast<std::size_t>(e)], alg.gt(alg.num(Rational(k)), beaten(s, eligible, static_cast<std::size_t>(e))));
+                o.v[static_cast<std::size_t>(offs[static_cast<std::size_t>(e)])] = alg.ite(win, alg.one(), alg.zero());
+            }
         });
     }
 };
@@ -1594,6 +1677,8 @@ std::vector<H> vjpCrossEntropy(GradBuilder& b, const VjpArgs& a) {
                     b.shapeOf(a.inputs[0])),
             -1};
 }
+/// A selection (a mask) is piecewise constant: no gradient flows through it.
+std::vector<H> vjpNone(GradBuilder&, const VjpArgs& a) { return std::vector<H>(a.inputs.size(), -1); }
 std::vector<H> vjpDropout(GradBuilder& b, const VjpArgs& a) {
     return {b.emitOp1("dropout", {a.outGrads[0], a.inputs[1]}, a.attrs, b.shapeOf(a.inputs[0])), -1};
 }
@@ -1634,7 +1719,7 @@ std::string checkReduceAttr(const json& a, std::size_t, std::size_t) {
 
 /// Attribute value types by name, shared by every operator.
 std::string checkAttrTypes(const json& a, std::size_t rank) {
-    static const char* ints[] = {"dim", "dim0", "dim1", "start", "end", "parts", "index", "split_dim", "concat_dim", "step"};
+    static const char* ints[] = {"dim", "dim0", "dim1", "start", "end", "parts", "index", "split_dim", "concat_dim", "step", "k", "groups", "topk_groups"};
     static const char* dimKeys[] = {"dim", "dim0", "dim1", "split_dim", "concat_dim"};
     static const char* bools[] = {"keepdim", "transpose_a", "transpose_b"};
     static const char* lists[] = {"dims", "sizes"};
@@ -1786,6 +1871,10 @@ OpRegistry::OpRegistry() {
     { auto* s = generic("max_backward", OpClass::Reduction, 2, 2, 1, MaxBackwardOp{}, nullptr, "(x, dy) -> dy at the first argmax", {"dim"}, {"keepdim"}); TV_SHAPE(*s, shapeMaxBackward); }
     { auto* s = generic("softmax", OpClass::Normalization, 1, 1, 1, SoftmaxOp{}, vjpSoftmax, "exp(x)/sum(exp(x)) over dim", {"dim"}); TV_SHAPE(*s, shapeSoftmax); }
     { auto* s = generic("softmax_backward", OpClass::Normalization, 2, 2, 1, SoftmaxBackwardOp{}, nullptr, "(y, dy) -> y (dy - sum(dy y))", {"dim"}); TV_SHAPE(*s, shapeSoftmax); }
+    { auto* s = generic("topk_mask", OpClass::Normalization, 1, 1, 1, TopkMaskOp{}, vjpNone,
+                        "1 for the k highest scores along the last dim (the experts), else 0; optionally only in the topk_groups best of groups equal groups (group_score max or top2)",
+                        {"k"}, {"groups", "topk_groups", "group_score"});
+      TV_SHAPE(*s, shapeTopkMask); }
     { auto* s = generic("rmsnorm", OpClass::Normalization, 2, 2, 1, RmsNormOp{}, vjpRmsNorm, "x rsqrt(mean(x^2)+eps) w over the last dim", {"eps"}); TV_SHAPE(*s, shapeNormForward); }
     { auto* s = generic("rmsnorm_backward", OpClass::Normalization, 3, 3, 2, RmsNormBackwardOp{}, nullptr, "(x, w, dy) -> (dx, dw)", {"eps"}); TV_SHAPE(*s, shapeNormBackward); }
     { auto* s = generic("layernorm", OpClass::Normalization, 3, 3, 1, LayerNormOp{}, vjpLayerNorm, "(x - mean) rsqrt(var+eps) w + b over the last dim", {"eps"}); TV_SHAPE(*s, shapeNormForward); }
