@@ -22,7 +22,7 @@ constexpr const char* kUsage = R"(trainverify - proves a distributed training pl
 Usage:
   trainverify verify PLAN.json [--jobs N] [--timeout SECONDS] [--json REPORT.json|-] [--stats] [--no-reduce] [--no-reuse]
   trainverify inspect PLAN.json [--json]
-  trainverify generate --model MODEL [--dp N] [--tp N] [--pp N] [--microbatches N] [--sp] [--zero 1|2|3]
+  trainverify generate --model MODEL [--dp N] [--tp N] [--pp N] [--microbatches N] [--sp] [--ep N] [--zero 1|2|3]
                        [--schedule 1f1b|gpipe] [--layers N] [--global-batch N] [--optimizer adamw|sgd]
                        [--hidden N] [--heads N] [--kv-heads N] [--ffn N] [--vocab N] [--seq N]
                        [--clip-grad NORM] [--format 1|2] [--verify] -o PLAN.json
@@ -42,11 +42,13 @@ inspect  Prints counts (ops, tensors, ranks, lineage records, stages) and the pa
          configuration.
 generate Writes one whole training step (forward, backward, gradient reduction, optimizer
          update) of a model parallelized as asked, with the lineage of every parallel tensor.
-         Models: mlp, gpt2, llama3 (small), llama3-8b, llama3-70b, llama3-405b; --layers and
-         the size options override the preset. --zero splits optimizer state (2: and
-         gradients; 3: and weights) over the dp replicas. --ep and --cp are recognised and
-         rejected: the generator does not build them yet. --verify verifies the written plan.
-         --format 2 (the default) stores data-parallel replicas once; 1 writes each out.
+         Models: mlp, gpt2, llama3 (small), llama3-8b, llama3-70b, llama3-405b, deepseek
+         (small), deepseek-v2-lite, deepseek-v2, deepseek-v3; --layers and the size options
+         override the preset. --zero splits optimizer state (2: and gradients; 3: and
+         weights) over the dp replicas. --ep N splits DeepSeek's experts over the tp group
+         (N = --tp); --cp is recognised and rejected (not built yet). --verify verifies the
+         written plan. --format 2 (the default) stores data-parallel replicas and
+         microbatches once; 1 writes everything out.
          --clip-grad NORM clips the gradients to a global norm before the update.
 ops      Lists the operators the registry knows.
 

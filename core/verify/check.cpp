@@ -421,6 +421,9 @@ private:
                     std::vector<z3::expr> terms;
                     for (const auto& t : c) terms.push_back(alg_.mul(alg_.num(t.coeff), pVal_.at(t.tensor).v[e]));
                     auto rhs = alg_.sum(terms);
+                    // Terms are hash-consed: the same term on both sides is the same AST, proven
+                    // without walking it (a routing mask's term has tens of thousands of nodes).
+                    if (z3::eq(ts.v[offs[e]], rhs)) continue;
                     // Tier 1: simplification to a sum-of-monomials normal form decides most stages.
                     auto diff = (ts.v[offs[e]] - rhs).simplify(simp);
                     if (diff.is_numeral()) {
