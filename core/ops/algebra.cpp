@@ -1,5 +1,7 @@
 #include "ops/algebra.hpp"
 
+#include <algorithm>
+#include <cstdio>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -68,6 +70,76 @@ z3::expr SymAlgebra::sum(const std::vector<S>& xs) const {
     return z3::sum(v);
 }
 
+std::string RouteSpec::name() const {
+    return "route_k" + std::to_string(k) + "_g" + std::to_string(groups) + "_t" + std::to_string(topkGroups) + (top2 ? "_top2" : "_max");
+}
+
+bool RouteSpec::parse(const std::string& name, RouteSpec& out) {
+    long long k = 0, g = 0, t = 0;
+    char score[8] = {0};
+    if (std::sscanf(name.c_str(), "route_k%lld_g%lld_t%lld_%7s", &k, &g, &t, score) != 4) return false;
+    out.k = k;
+    out.groups = g;
+    out.topkGroups = t;
+    out.top2 = std::string(score).rfind("top2", 0) == 0;  // the name goes on with the expert count
+    return true;
+}
+
+std::vector<double> routeExact(const std::vector<double>& s, const RouteSpec& r) {
+    const auto E = static_cast<std::int64_t>(s.size());
+    const auto G = std::max<std::int64_t>(1, r.groups), n = E / G;
+    // How many items beat item i (ties go to the lower index), among those allowed.
+    auto beaten = [](const std::vector<double>& v, const std::vector<bool>& ok, std::size_t i) {
+        std::int64_t c = 0;
+        for (std::size_t j = 0; j < v.size(); ++j)
+            if (j != i && ok[j] && (j < i ? v[j] >= v[i] : v[j] > v[i])) ++c;
+        return c;
+    };
+    std::vector<bool> eligible(s.size(), true);
+    if (G > 1) {
+        std::vector<double> score;
+        for (std::int64_t g = 0; g < G; ++g) {
+            double best = -HUGE_VAL;
+            for (std::int64_t a = 0; a < n; ++a) {
+                if (!r.top2) best = std::max(best, s[static_cast<std::size_t>(g * n + a)]);
+                else
+                    for (std::int64_t b = a + 1; b < n; ++b)
+                        best = std::max(best, s[static_cast<std::size_t>(g * n + a)] + s[static_cast<std::size_t>(g * n + b)]);
+            }
+            score.push_back(best);
+        }
+        const std::vector<bool> all(static_cast<std::size_t>(G), true);
+        for (std::int64_t g = 0; g < G; ++g) {
+            const bool chosen = beaten(score, all, static_cast<std::size_t>(g)) < r.topkGroups;
+            for (std::int64_t a = 0; a < n; ++a) eligible[static_cast<std::size_t>(g * n + a)] = chosen;
+        }
+    }
+    std::vector<double> mask(s.size(), 0.0);
+    for (std::size_t e = 0; e < s.size(); ++e) mask[e] = eligible[e] && beaten(s, eligible, e) < r.k ? 1.0 : 0.0;
+    return mask;
+}
+
+std::vector<z3::expr> SymAlgebra::route(const std::vector<S>& scores, const RouteSpec& r) const {
+    const auto name = r.name() + "_e" + std::to_string(scores.size());
+    const z3::func_decl* f = nullptr;
+    for (const auto& [n, d] : routeFns_)
+        if (n == name) f = &d;
+    if (!f) {
+        z3::sort_vector domain(c);
+        for (std::size_t i = 0; i <= scores.size(); ++i) domain.push_back(c.real_sort());
+        routeFns_.emplace_back(name, z3::function(name.c_str(), domain, c.real_sort()));
+        f = &routeFns_.back().second;
+    }
+    std::vector<z3::expr> out;
+    for (std::size_t e = 0; e < scores.size(); ++e) {
+        z3::expr_vector args(c);
+        for (const auto& x : scores) args.push_back(x);
+        args.push_back(c.real_val(static_cast<int>(e)));
+        out.push_back((*f)(args));
+    }
+    return out;
+}
+
 double evaluateTerm(const z3::expr& root, const std::function<double(const std::string&)>& vars) {
     std::unordered_map<unsigned, double> memo;
     std::function<double(const z3::expr&)> ev = [&](const z3::expr& e) -> double {
@@ -113,6 +185,12 @@ double evaluateTerm(const z3::expr& root, const std::function<double(const std::
                     else if (name == "erf") r = std::erf(arg(0));
                     else if (name == "pow") r = std::pow(arg(0), arg(1));
                     else if (name == "inv") r = 1.0 / arg(0);
+                    else if (RouteSpec spec; RouteSpec::parse(name, spec)) {
+                        std::vector<double> row;
+                        for (unsigned i = 0; i + 1 < e.num_args(); ++i) row.push_back(arg(i));
+                        const auto which = static_cast<std::size_t>(arg(e.num_args() - 1));
+                        r = routeExact(row, spec).at(which);
+                    }
                     else throw std::runtime_error("evaluateTerm: unknown function " + name);
                     break;
                 }

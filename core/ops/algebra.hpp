@@ -7,8 +7,10 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <z3++.h>
@@ -16,6 +18,19 @@
 #include "model/rational.hpp"
 
 namespace tv {
+
+/// Mixture-of-experts routing over one token's expert scores (topk_mask): the k best experts,
+/// ties to the lower index, among the topkGroups best of `groups` equal groups (scored by their
+/// best expert, or their best two).
+struct RouteSpec {
+    std::int64_t k = 1, groups = 1, topkGroups = 1;
+    bool top2 = false;
+    /// The name of the uninterpreted function standing for this routing in symbolic terms.
+    std::string name() const;
+    static bool parse(const std::string& name, RouteSpec& out);
+};
+/// The routing, exactly, on numbers: 1 for a chosen expert, 0 otherwise.
+std::vector<double> routeExact(const std::vector<double>& scores, const RouteSpec& r);
 
 struct NumAlgebra {
     using S = double;
@@ -50,6 +65,7 @@ struct NumAlgebra {
     B lnot(B a) const { return !a; }
     B btrue() const { return true; }
     S ite(B c, S a, S b) const { return c ? a : b; }
+    std::vector<S> route(const std::vector<S>& scores, const RouteSpec& r) const { return routeExact(scores, r); }
 };
 
 struct SymAlgebra {
@@ -87,6 +103,14 @@ struct SymAlgebra {
     B lnot(const B& a) const { return !a; }
     B btrue() const { return c.bool_val(true); }
     S ite(const B& cnd, const S& a, const S& b) const { return z3::ite(cnd, a, b); }
+    /// Routing as an uninterpreted function of the token's scores and the expert's index: both
+    /// sides of a stage route the same scores alike, whatever the selection rule; replay and the
+    /// concrete algebra use the exact rule. (Written out exactly, one 256-expert row is about
+    /// 70,000 comparison terms.)
+    std::vector<S> route(const std::vector<S>& scores, const RouteSpec& r) const;
+
+private:
+    mutable std::vector<std::pair<std::string, z3::func_decl>> routeFns_;
 };
 
 /// x^e for a rational exponent: exact products for integers, an uninterpreted pow otherwise.

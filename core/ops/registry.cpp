@@ -462,7 +462,8 @@ struct MaxBackwardOp {
 /// highest scores and 0 for the rest, ties to the lower index. With "groups" G and "topk_groups"
 /// TG, the experts form G equal groups, each scored by its best expert ("group_score": "max") or
 /// its best two ("top2"), and only the TG best groups are eligible (DeepSeek's group-limited
-/// routing). Exact: every comparison is a term, none is abstracted away.
+/// routing). Exact on numbers; an uninterpreted function of the token's scores in proofs
+/// (RouteSpec, algebra.hpp).
 template <class C>
 void shapeTopkMask(C& c, const std::vector<Dims<C>>& in, const std::vector<Dims<C>>& out, const json& a) {
     if (!c.require(!in[0].empty(), "topk_mask needs the experts as the last dim")) return;
@@ -483,54 +484,19 @@ struct TopkMaskOp {
     template <class A>
     static void eval(const A& alg, std::span<const Value<typename A::S>* const> in, std::span<Value<typename A::S>> out,
                      const EvalContext& ctx) {
-        using S = typename A::S;
-        using B = typename A::B;
         const auto& x = *in[0];
         auto& o = out[0];
         initOut(alg, o);
-        const auto d = x.shape.size() - 1;
-        const auto E = x.shape[d];
-        const auto k = attrInt(ctx.attrs, "k", 1), G = attrInt(ctx.attrs, "groups", 1), TG = attrInt(ctx.attrs, "topk_groups", G);
-        const bool top2 = attrString(ctx.attrs, "group_score", "max") == "top2";
-        const auto n = E / G;
-        // Rank of item i among `vals` (how many beat it; ties go to the lower index), restricted to `ok`.
-        auto beaten = [&](const std::vector<S>& vals, const std::vector<B>& ok, std::size_t i) {
-            std::vector<S> terms;
-            for (std::size_t j = 0; j < vals.size(); ++j) {
-                if (j == i) continue;
-                B beats = j < i ? alg.ge(vals[j], vals[i]) : alg.gt(vals[j], vals[i]);
-                terms.push_back(alg.ite(alg.land(ok[j], beats), alg.one(), alg.zero()));
-            }
-            return terms.empty() ? alg.zero() : alg.sum(terms);
-        };
-        forEachRow(x.shape, d, [&](const std::vector<std::int64_t>& offs, const std::vector<std::int64_t>&) {
-            std::vector<S> s;
-            for (auto off : offs) s.push_back(x.v[off]);
-            std::vector<B> eligible(static_cast<std::size_t>(E), alg.btrue());
-            if (G > 1) {
-                std::vector<S> score;
-                for (std::int64_t g = 0; g < G; ++g) {
-                    std::vector<S> cand;
-                    for (std::int64_t a = 0; a < n; ++a) {
-                        if (!top2) cand.push_back(s[static_cast<std::size_t>(g * n + a)]);
-                        else
-                            for (std::int64_t b = a + 1; b < n; ++b)
-                                cand.push_back(alg.add(s[static_cast<std::size_t>(g * n + a)], s[static_cast<std::size_t>(g * n + b)]));
-                    }
-                    auto m = cand[0];
-                    for (std::size_t i = 1; i < cand.size(); ++i) m = alg.ite(alg.ge(m, cand[i]), m, cand[i]);
-                    score.push_back(m);
-                }
-                std::vector<B> all(static_cast<std::size_t>(G), alg.btrue());
-                for (std::int64_t g = 0; g < G; ++g) {
-                    B chosen = alg.gt(alg.num(Rational(TG)), beaten(score, all, static_cast<std::size_t>(g)));
-                    for (std::int64_t a = 0; a < n; ++a) eligible[static_cast<std::size_t>(g * n + a)] = chosen;
-                }
-            }
-            for (std::int64_t e = 0; e < E; ++e) {
-                B win = alg.land(eligible[static_cast<std::size_t>(e)], alg.gt(alg.num(Rational(k)), beaten(s, eligible, static_cast<std::size_t>(e))));
-                o.v[static_cast<std::size_t>(offs[static_cast<std::size_t>(e)])] = alg.ite(win, alg.one(), alg.zero());
-            }
+        RouteSpec r;
+        r.k = attrInt(ctx.attrs, "k", 1);
+        r.groups = attrInt(ctx.attrs, "groups", 1);
+        r.topkGroups = attrInt(ctx.attrs, "topk_groups", r.groups);
+        r.top2 = attrString(ctx.attrs, "group_score", "max") == "top2";
+        forEachRow(x.shape, x.shape.size() - 1, [&](const std::vector<std::int64_t>& offs, const std::vector<std::int64_t>&) {
+            std::vector<typename A::S> row;
+            for (auto off : offs) row.push_back(x.v[static_cast<std::size_t>(off)]);
+            auto m = alg.route(row, r);
+            for (std::size_t e = 0; e < offs.size(); ++e) o.v[static_cast<std::size_t>(offs[e])] = m[e];
         });
     }
 };
