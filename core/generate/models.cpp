@@ -128,6 +128,32 @@ struct Builder {
         return m.op1("layernorm", name, {x, w, b}, json{{"eps", c.normEps}}, m.shape(x));
     }
 
+    /// The token ids and labels [B, S] a transformer step reads: its data, split along the batch.
+    struct Tokens {
+        int ids, labels;
+    };
+    Tokens tokens() {
+        m.batchDim = 0;
+        m.seqDim = 1;
+        m.layer = kEmbeddingLayer;
+        int ids = m.input("tokens", {B, c.seq}, Role::Input, DType::Int);
+        int labels = m.input("labels", {B, c.seq}, Role::Input, DType::Int);
+        m.dataInputs = {ids, labels};
+        return {ids, labels};
+    }
+    /// RoPE's cos/sin tables [S, 1, dim].
+    std::pair<int, int> ropeTables(std::int64_t dim) {
+        return {m.input("rope.cos", {c.seq, 1, dim}, Role::Input), m.input("rope.sin", {c.seq, 1, dim}, Role::Input)};
+    }
+    int causalMask() { return m.input("attn.causal_mask", {c.seq, c.seq}, Role::Input); }
+    /// The token embedding (table [vocab, H], replicated); sequence parallelism starts after it.
+    int embed(const std::string& name, int ids, bool sp) {
+        int table = m.weight(name + ".weight", {c.vocab, c.hidden}, -1);
+        int x = m.op1("embedding", name, {ids, table}, json::object(), Shape{B, c.seq, c.hidden});
+        if (sp) m.seqParallelStarts.push_back(x);
+        return x;
+    }
+
     /// RoPE on [B, S, heads, hd] with separate cos/sin tables [S, 1, hd]: x cos + rotate_half(x) sin.
     int rope(const std::string& p, int x, int cos, int sin) {
         const auto hd = m.shape(x).back();
@@ -224,13 +250,8 @@ void buildGpt2(Builder& b, bool sp) {
     auto& m = b.m;
     const auto& c = b.c;
     const auto B = b.B, S = c.seq, H = c.hidden, F = c.ffn, nh = c.heads, hd = c.headDim();
-    m.batchDim = 0;
-    m.seqDim = 1;
-    m.layer = kEmbeddingLayer;
-    int ids = m.input("tokens", {B, S}, Role::Input, DType::Int);
-    int labels = m.input("labels", {B, S}, Role::Input, DType::Int);
-    m.dataInputs = {ids, labels};
-    int mask = m.input("attn.causal_mask", {S, S}, Role::Input);
+    const auto [ids, labels] = b.tokens();
+    int mask = b.causalMask();
     int wte = m.weight("wte.weight", {c.vocab, H}, -1);
     int wpe = m.weight("wpe.weight", {S, H}, -1);
     int tok = m.op1("embedding", "wte", {ids, wte}, json::object(), Shape{B, S, H});
@@ -275,18 +296,10 @@ void buildLlama3(Builder& b, bool sp) {
     auto& m = b.m;
     const auto& c = b.c;
     const auto B = b.B, S = c.seq, H = c.hidden, F = c.ffn, nh = c.heads, nkv = c.kvHeads, hd = c.headDim();
-    m.batchDim = 0;
-    m.seqDim = 1;
-    m.layer = kEmbeddingLayer;
-    int ids = m.input("tokens", {B, S}, Role::Input, DType::Int);
-    int labels = m.input("labels", {B, S}, Role::Input, DType::Int);
-    m.dataInputs = {ids, labels};
-    int cos = m.input("rope.cos", {S, 1, hd}, Role::Input);
-    int sin = m.input("rope.sin", {S, 1, hd}, Role::Input);
-    int mask = m.input("attn.causal_mask", {S, S}, Role::Input);
-    int emb = m.weight("tok_embeddings.weight", {c.vocab, H}, -1);
-    int x = m.op1("embedding", "tok_embeddings", {ids, emb}, json::object(), Shape{B, S, H});
-    if (sp) m.seqParallelStarts.push_back(x);
+    const auto [ids, labels] = b.tokens();
+    const auto [cos, sin] = b.ropeTables(hd);
+    int mask = b.causalMask();
+    int x = b.embed("tok_embeddings", ids, sp);
     for (std::int64_t l = 0; l < c.layers; ++l) {
         m.layer = static_cast<int>(l);
         const auto p = "layers." + std::to_string(l);
@@ -332,18 +345,10 @@ void buildDeepseek(Builder& b, bool sp) {
     const auto B = b.B, S = c.seq, H = c.hidden, nh = c.heads;
     const auto nope = c.qkNopeDim, rope = c.qkRopeDim, dv = c.vHeadDim, dq = nope + rope;
     const auto E = c.experts, T = B * S;
-    m.batchDim = 0;
-    m.seqDim = 1;
-    m.layer = kEmbeddingLayer;
-    int ids = m.input("tokens", {B, S}, Role::Input, DType::Int);
-    int labels = m.input("labels", {B, S}, Role::Input, DType::Int);
-    m.dataInputs = {ids, labels};
-    int cos = m.input("rope.cos", {S, 1, rope}, Role::Input);
-    int sin = m.input("rope.sin", {S, 1, rope}, Role::Input);
-    int mask = m.input("attn.causal_mask", {S, S}, Role::Input);
-    int emb = m.weight("embed.weight", {c.vocab, H}, -1);
-    int x = m.op1("embedding", "embed", {ids, emb}, json::object(), Shape{B, S, H});
-    if (sp) m.seqParallelStarts.push_back(x);
+    const auto [ids, labels] = b.tokens();
+    const auto [cos, sin] = b.ropeTables(rope);
+    int mask = b.causalMask();
+    int x = b.embed("embed", ids, sp);
     for (std::int64_t l = 0; l < c.layers; ++l) {
         m.layer = static_cast<int>(l);
         const auto p = "layers." + std::to_string(l);

@@ -464,12 +464,22 @@ struct MaxBackwardOp {
 /// its best two ("top2"), and only the TG best groups are eligible (DeepSeek's group-limited
 /// routing). Exact on numbers; an uninterpreted function of the token's scores in proofs
 /// (RouteSpec, algebra.hpp).
+RouteSpec routeSpecOf(const json& a) {
+    RouteSpec r;
+    r.k = attrInt(a, "k", 1);
+    r.groups = attrInt(a, "groups", 1);
+    r.topkGroups = attrInt(a, "topk_groups", r.groups);
+    r.top2 = attrString(a, "group_score", "max") == "top2";
+    return r;
+}
+
 template <class C>
 void shapeTopkMask(C& c, const std::vector<Dims<C>>& in, const std::vector<Dims<C>>& out, const json& a) {
     if (!c.require(!in[0].empty(), "topk_mask needs the experts as the last dim")) return;
     const auto& e = in[0].back();
     const auto E = c.orig(e);
-    const auto k = attrInt(a, "k", 1), G = attrInt(a, "groups", 1), TG = attrInt(a, "topk_groups", G);
+    const auto r = routeSpecOf(a);
+    const auto k = r.k, G = r.groups, TG = r.topkGroups;
     if (!c.require(k >= 1 && G >= 1 && TG >= 1 && TG <= G, "attributes k, groups, topk_groups must be positive, topk_groups <= groups")) return;
     if (!c.require(E % G == 0, "the " + std::to_string(E) + " experts do not form " + std::to_string(G) + " equal groups")) return;
     if (!c.require(k <= E / G * TG, "k = " + std::to_string(k) + " exceeds the experts of the eligible groups")) return;
@@ -487,11 +497,7 @@ struct TopkMaskOp {
         const auto& x = *in[0];
         auto& o = out[0];
         initOut(alg, o);
-        RouteSpec r;
-        r.k = attrInt(ctx.attrs, "k", 1);
-        r.groups = attrInt(ctx.attrs, "groups", 1);
-        r.topkGroups = attrInt(ctx.attrs, "topk_groups", r.groups);
-        r.top2 = attrString(ctx.attrs, "group_score", "max") == "top2";
+        const auto r = routeSpecOf(ctx.attrs);
         forEachRow(x.shape, x.shape.size() - 1, [&](const std::vector<std::int64_t>& offs, const std::vector<std::int64_t>&) {
             std::vector<typename A::S> row;
             for (auto off : offs) row.push_back(x.v[static_cast<std::size_t>(off)]);
