@@ -194,6 +194,99 @@ private slots:
         QCOMPARE(QString::fromStdString(rep.failure->parallelOp), QString::fromStdString(mutated));
     }
 
+    // Megatron's vocabulary parallelism: under tensor parallelism the embedding looks up its own
+    // part of the table (a partial sum, all-reduced), and the cross-entropy of logits split by
+    // vocabulary is computed on the parts: the row maximum and the sum of exponentials reduced over
+    // the group, the label's logit taken from the part that holds it. No rank gathers the logits.
+    void vocabParallelism_data() {
+        QTest::addColumn<Options>("options");
+        QTest::newRow("gpt2 tp2 (tied embedding)") << with(small("gpt2"), [](Options& o) { o.tp = 2; });
+        QTest::newRow("llama3 dp2 tp2 pp2 nm2 sp") << with(small("llama3"), [](Options& o) { o.dp = o.tp = o.pp = o.microbatches = 2; o.sequenceParallel = true; });
+        QTest::newRow("deepseek tp2") << with(small("deepseek"), [](Options& o) { o.tp = 2; });
+    }
+    void vocabParallelism() {
+        QFETCH(Options, options);
+        auto doc = gen::generatePlan(options);
+        std::map<std::string, int> kinds;
+        std::set<std::string> producedByGather;
+        for (const auto& op : doc["parallel"]["ops"]) {
+            const std::string kind = op["op"];
+            ++kinds[kind];
+            if (kind == "embedding" || kind == "embedding_backward" || kind == "target_logit" || kind == "one_hot")
+                QVERIFY2(op.contains("attrs") && op["attrs"].value("parts", 0) == options.tp, op.dump().c_str());
+            if (kind == "all_reduce" && op["attrs"].value("reduce", "") == "max") ++kinds["all_reduce max"];
+            if (kind == "all_gather")
+                for (const auto& t : op["outputs"]) producedByGather.insert(t.get<std::string>());
+        }
+        QVERIFY(kinds["target_logit"] > 0);
+        QVERIFY(kinds["one_hot"] > 0);
+        QVERIFY(kinds["all_reduce max"] > 0);
+        QCOMPARE(kinds["cross_entropy"], 0);
+        QCOMPARE(kinds["cross_entropy_backward"], 0);
+        for (const auto& op : doc["parallel"]["ops"])
+            if (op["op"] == "max" || op["op"] == "target_logit")
+                QVERIFY2(!producedByGather.count(op["inputs"][0].get<std::string>()), "the logits were gathered");
+        auto res = readPlanJson(doc);
+        QVERIFY(res.ok());
+        auto rep = verifyPlan(*res.plan);
+        QVERIFY2(rep.verdict == Verdict::Equivalent, reportToText(rep).c_str());
+    }
+
+    // Mutations of the vocab-parallel cross-entropy: three are bugs, caught at the loss; one is not
+    // a bug at all (any shift of the logits cancels, so a sum in place of the maximum is exact, if
+    // numerically unwise), and the exp/log identities prove it.
+    void vocabParallelCrossEntropyMutations_data() {
+        QTest::addColumn<QString>("mutation");
+        QTest::addColumn<bool>("equivalent");
+        QTest::addColumn<QString>("logicalOp");
+        QTest::newRow("label logit from the wrong part") << "target index" << false << "loss";
+        QTest::newRow("sum of exponentials not reduced") << "local sum" << false << "loss";
+        QTest::newRow("one-hot of the wrong part") << "one_hot index" << false << "bw.loss.cross_entropy_backward";
+        QTest::newRow("shift by the sum of the maxima") << "max as sum" << true << "";
+    }
+    void vocabParallelCrossEntropyMutations() {
+        QFETCH(QString, mutation);
+        QFETCH(bool, equivalent);
+        QFETCH(QString, logicalOp);
+        auto doc = gen::generatePlan(with(small("llama3"), [](Options& o) { o.tp = 2; }));
+        bool done = false;
+        auto& ops = doc["parallel"]["ops"];
+        for (auto& op : ops) {
+            if (done) break;
+            const std::string kind = op["op"];
+            if (mutation == "target index" && kind == "target_logit") {
+                op["attrs"]["index"] = 1 - op["attrs"]["index"].get<int>();
+                done = true;
+            } else if (mutation == "one_hot index" && kind == "one_hot") {
+                op["attrs"]["index"] = 1 - op["attrs"]["index"].get<int>();
+                done = true;
+            } else if (mutation == "max as sum" && kind == "all_reduce" && op["attrs"].value("reduce", "") == "max") {
+                op["attrs"]["reduce"] = "sum";
+                done = true;
+            } else if (mutation == "local sum" && kind == "log" && op["inputs"][0].get<std::string>().find("sum_exp") != std::string::npos) {
+                // read this rank's own sum instead of the all-reduced one
+                const std::string reduced = op["inputs"][0];
+                for (const auto& c : ops)
+                    if (c["op"] == "all_reduce")
+                        for (std::size_t k = 0; k < c["outputs"].size(); ++k)
+                            if (c["outputs"][k] == reduced) op["inputs"][0] = c["inputs"][k];
+                QVERIFY(op["inputs"][0] != reduced);
+                done = true;
+            }
+        }
+        QVERIFY2(done, "nothing to mutate");
+        auto res = readPlanJson(doc);
+        QVERIFY(res.ok());
+        auto rep = verifyPlan(*res.plan);
+        if (equivalent) {
+            QVERIFY2(rep.verdict == Verdict::Equivalent, reportToText(rep).c_str());
+            return;
+        }
+        QVERIFY2(rep.verdict == Verdict::NotEquivalent, reportToText(rep).c_str());
+        QVERIFY(rep.failure);
+        QCOMPARE(QString::fromStdString(rep.failure->logicalOp), logicalOp);
+    }
+
     // 1F1B on the last pipeline stage alternates one forward and one backward microbatch; GPipe
     // runs every forward first.
     void programOrderFollowsTheSchedule_data() {

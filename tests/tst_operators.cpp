@@ -98,6 +98,12 @@ std::vector<OpCase> cases() {
         {"embedding_backward", {{3}, {3, 2}}, {{4, 2}}},
         {"cross_entropy", {{3, 4}, {3}}, {{}}},
         {"cross_entropy_backward", {{3, 4}, {3}, {}}, {{3, 4}}},
+        {"embedding", {{3}, {2, 2}}, {{3, 2}}, {{"parts", 2}, {"index", 1}}},
+        {"embedding_backward", {{3}, {3, 2}}, {{2, 2}}, {{"parts", 2}, {"index", 0}}},
+        {"target_logit", {{3, 4}, {3}}, {{3}}},
+        {"target_logit", {{3, 2}, {3}}, {{3}}, {{"parts", 2}, {"index", 1}}},
+        {"one_hot", {{3}}, {{3, 4}}},
+        {"one_hot", {{3}}, {{3, 2}}, {{"parts", 2}, {"index", 0}}},
         {"dropout", {{2, 3}, {2, 3}}, {{2, 3}}, {{"p", "1/4"}}},
         {"sgd", {{2, 3}, {2, 3}}, {{2, 3}}, {{"lr", "1/10"}, {"weight_decay", "1/100"}}},
         {"adamw", {{2, 2}, {2, 2}, {2, 2}, {2, 2}}, {{2, 2}, {2, 2}, {2, 2}},
@@ -105,6 +111,7 @@ std::vector<OpCase> cases() {
          true},
         {"all_reduce", {{2, 2}, {2, 2}}, {{2, 2}, {2, 2}}, {{"reduce", "sum"}}},
         {"all_reduce", {{2, 2}, {2, 2}, {2, 2}}, {{2, 2}, {2, 2}, {2, 2}}, {{"reduce", "mean"}}},
+        {"all_reduce", {{2, 2}, {2, 2}, {2, 2}}, {{2, 2}, {2, 2}, {2, 2}}, {{"reduce", "max"}}},
         {"all_gather", {{1, 2}, {1, 2}}, {{2, 2}, {2, 2}}, {{"dim", 0}}},
         {"reduce_scatter", {{4, 2}, {4, 2}}, {{2, 2}, {2, 2}}, {{"dim", 0}}},
         {"all_to_all", {{4, 2}, {4, 2}}, {{2, 4}, {2, 4}}, {{"split_dim", 0}, {"concat_dim", 1}}},
@@ -405,6 +412,57 @@ private slots:
         auto outs = runNum(reg.spec(*reg.find("cross_entropy")), c, ins);
         double want = (std::log(2.0) + (std::log(std::exp(1.0) + std::exp(2.0)) - 2.0)) / 2;
         QVERIFY(std::abs(outs[0].v[0] - want) < 1e-12);
+    }
+
+    /// A vocabulary split over parts: the parts' embeddings add up to the whole embedding, their
+    /// target logits to the label's logit, their one-hot rows to the whole one-hot row, and their
+    /// embedding gradients side by side to the whole gradient.
+    void vocabPartsAddUpToTheWhole() {
+        const auto& reg = OpRegistry::instance();
+        auto spec = [&](const char* op) -> const OpSpec& { return reg.spec(*reg.find(op)); };
+        std::mt19937 rng(11);
+        std::uniform_real_distribution<double> U(-1, 1);
+        const std::int64_t V = 6, H = 2, N = 5, P = 3, n = V / P;
+        Value<double> ids, w, dy;
+        ids.shape = {N};
+        ids.isInt = true;
+        ids.iv = {0, 4, 5, 7, -1};  // ids wrap around the vocabulary, as the whole op reads them
+        w.shape = {V, H};
+        dy.shape = {N, H};
+        for (std::int64_t k = 0; k < V * H; ++k) w.v.push_back(U(rng));
+        for (std::int64_t k = 0; k < N * H; ++k) dy.v.push_back(U(rng));
+        auto whole = runNum(spec("embedding"), OpCase{"embedding", {{N}, {V, H}}, {{N, H}}}, {ids, w})[0];
+        auto wholeGrad = runNum(spec("embedding_backward"), OpCase{"embedding_backward", {{N}, {N, H}}, {{V, H}}}, {ids, dy})[0];
+        auto wholeHot = runNum(spec("one_hot"), OpCase{"one_hot", {{N}}, {{N, V}}}, {ids})[0];
+        Value<double> logits;
+        logits.shape = {N, V};
+        for (std::int64_t k = 0; k < N * V; ++k) logits.v.push_back(U(rng));
+        auto wholePick = runNum(spec("target_logit"), OpCase{"target_logit", {{N, V}, {N}}, {{N}}}, {logits, ids})[0];
+        std::vector<double> sum(static_cast<std::size_t>(N * H), 0.0), pick(static_cast<std::size_t>(N), 0.0);
+        for (std::int64_t p = 0; p < P; ++p) {
+            json part{{"parts", P}, {"index", p}};
+            Value<double> wp, lp;
+            wp.shape = {n, H};
+            wp.v.assign(w.v.begin() + p * n * H, w.v.begin() + (p + 1) * n * H);
+            lp.shape = {N, n};
+            for (std::int64_t i = 0; i < N; ++i)
+                for (std::int64_t j = 0; j < n; ++j) lp.v.push_back(logits.v[static_cast<std::size_t>(i * V + p * n + j)]);
+            auto e = runNum(spec("embedding"), OpCase{"embedding", {{N}, {n, H}}, {{N, H}}, part}, {ids, wp})[0];
+            for (std::size_t k = 0; k < sum.size(); ++k) sum[k] += e.v[k];
+            auto t = runNum(spec("target_logit"), OpCase{"target_logit", {{N, n}, {N}}, {{N}}, part}, {lp, ids})[0];
+            for (std::size_t k = 0; k < pick.size(); ++k) pick[k] += t.v[k];
+            auto g = runNum(spec("embedding_backward"), OpCase{"embedding_backward", {{N}, {N, H}}, {{n, H}}, part}, {ids, dy})[0];
+            for (std::int64_t k = 0; k < n * H; ++k) QCOMPARE(g.v[static_cast<std::size_t>(k)], wholeGrad.v[static_cast<std::size_t>(p * n * H + k)]);
+            auto h = runNum(spec("one_hot"), OpCase{"one_hot", {{N}}, {{N, n}}, part}, {ids})[0];
+            for (std::int64_t i = 0; i < N; ++i)
+                for (std::int64_t j = 0; j < n; ++j)
+                    QCOMPARE(h.v[static_cast<std::size_t>(i * n + j)], wholeHot.v[static_cast<std::size_t>(i * V + p * n + j)]);
+        }
+        for (std::size_t k = 0; k < sum.size(); ++k) QCOMPARE(sum[k], whole.v[k]);
+        for (std::size_t k = 0; k < pick.size(); ++k) QCOMPARE(pick[k], wholePick.v[k]);
+        // a part index outside [0, parts) is refused
+        QVERIFY(!checkOp(spec("embedding"), json{{"parts", 2}, {"index", 2}}, {{N}, {n, H}}, {{N, H}}, {DType::Int, DType::Float}).empty());
+        QVERIFY(!checkOp(spec("one_hot"), json{{"parts", 2}}, {{N}}, {{N, n}}, {DType::Int}).empty());
     }
 
 private:

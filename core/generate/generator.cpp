@@ -105,8 +105,8 @@ std::string validate(const GenerateOptions& o) {
     if (!divides(o.tp, c.heads)) { e << "tensor parallelism: tp " << o.tp << " does not divide the " << c.heads << " attention heads"; return e.str(); }
     if (!divides(o.tp, c.kvHeads)) { e << "tensor parallelism: tp " << o.tp << " does not divide the " << c.kvHeads << " key/value heads"; return e.str(); }
     if (!divides(o.tp, c.ffn)) { e << "tensor parallelism: tp " << o.tp << " does not divide the ffn size " << c.ffn; return e.str(); }
-    if (c.family == "llama3" && !divides(o.tp, c.vocab)) {
-        e << "tensor parallelism: tp " << o.tp << " does not divide the vocabulary of " << c.vocab << " (the output layer is split by vocabulary)";
+    if (c.family != "mlp" && !divides(o.tp, c.vocab)) {
+        e << "tensor parallelism: tp " << o.tp << " does not divide the vocabulary of " << c.vocab << " (the embedding and the output layer are split by vocabulary)";
         return e.str();
     }
     if (o.sequenceParallel) {

@@ -146,9 +146,10 @@ struct Builder {
         return {m.input("rope.cos", {c.seq, 1, dim}, Role::Input), m.input("rope.sin", {c.seq, 1, dim}, Role::Input)};
     }
     int causalMask() { return m.input("attn.causal_mask", {c.seq, c.seq}, Role::Input); }
-    /// The token embedding (table [vocab, H], replicated); sequence parallelism starts after it.
+    /// The token embedding (table [vocab, H], split along the vocabulary under tensor parallelism);
+    /// sequence parallelism starts after it.
     int embed(const std::string& name, int ids, bool sp) {
-        int table = m.weight(name + ".weight", {c.vocab, c.hidden}, -1);
+        int table = m.weight(name + ".weight", {c.vocab, c.hidden}, 0);
         int x = m.op1("embedding", name, {ids, table}, json::object(), Shape{B, c.seq, c.hidden});
         if (sp) m.seqParallelStarts.push_back(x);
         return x;
@@ -252,7 +253,7 @@ void buildGpt2(Builder& b, bool sp) {
     const auto B = b.B, S = c.seq, H = c.hidden, F = c.ffn, nh = c.heads, hd = c.headDim();
     const auto [ids, labels] = b.tokens();
     int mask = b.causalMask();
-    int wte = m.weight("wte.weight", {c.vocab, H}, -1);
+    int wte = m.weight("wte.weight", {c.vocab, H}, 0);
     int wpe = m.weight("wpe.weight", {S, H}, -1);
     int tok = m.op1("embedding", "wte", {ids, wte}, json::object(), Shape{B, S, H});
     int x = b.ew("add", "wpe", tok, wpe);

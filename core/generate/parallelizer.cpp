@@ -495,6 +495,40 @@ private:
         return 10;  // partial -> replicated or sharded
     }
 
+    /// Which input of an op vocabulary parallelism splits, along which dim, and the vocabulary
+    /// size (input -1: the op is not one it applies to).
+    struct VocabAxis {
+        int input = -1, dim = -1;
+        std::int64_t size = 0;
+    };
+    VocabAxis vocabAxis(const LOp& op) const {
+        if (op.kind == "embedding") return {1, 0, lt(op.inputs[1]).shape[0]};
+        if (op.kind == "embedding_backward") return {1, -1, lt(op.outputs[0]).shape[0]};
+        if (op.kind == "cross_entropy" || op.kind == "cross_entropy_backward") {
+            const auto& s = lt(op.inputs[0]).shape;
+            return {0, static_cast<int>(s.size()) - 1, s.back()};
+        }
+        return {};
+    }
+
+    /// A local tensor of the decomposition of one op instance (no lineage: it lies inside a stage).
+    std::string localTensor(const std::string& base, int rank, int m, const Shape& shape, Role role) {
+        auto name = tensorName(base + instanceSuffix(m, rank));
+        json j{{"id", name}, {"shape", shape}, {"role", std::string(toString(role))}, {"rank", rank}};
+        if (m >= 0) j["microbatch"] = m;
+        ptensors.push_back(std::move(j));
+        return name;
+    }
+    /// Per (logits version, lane, tp rank): the forward's exponentials and their reduced sum, which
+    /// the backward reuses (Megatron keeps them for it).
+    struct SoftmaxParts {
+        std::string exps, total;
+    };
+    std::map<std::string, SoftmaxParts> vocabSoftmax;
+    /// Megatron's vocab-parallel cross-entropy (forward or backward) of lane `lane`, on every tp
+    /// rank of the group: `in` are the op's input versions, `outV` its output versions.
+    void vocabParallelCrossEntropy(const LOp& op, int lane, int stage, const std::vector<int>& in, const std::vector<int>& outV);
+
     void processOp(int opIndex);
     void computeDesired();
     json lineage() const;
@@ -616,11 +650,12 @@ void Parallelizer::processOp(int opIndex) {
 
     // ---- the tp axis: the placement with the least communication.
     std::vector<AxisState> tpIn(nin, AxisState::rep()), tpOut(nout, AxisState::rep());
-    bool tpMean = false;
+    bool tpMean = false, tpVocab = false;
     if (tpAxis()) {
         struct Candidate {
             std::vector<AxisState> in, out;
             bool mean = false;
+            bool vocab = false;  ///< a vocabulary-parallel embedding or cross-entropy
             double cost = 0;
         };
         std::vector<Candidate> cands;
@@ -632,7 +667,11 @@ void Parallelizer::processOp(int opIndex) {
             }
             for (std::size_t j = 0; j < nout; ++j) {
                 const auto& want = desired[static_cast<std::size_t>(op.outputs[j])];
-                if (want.st == St::Shard && !(c.out[j] == want)) c.cost += 2;
+                // An output not split as it should end up: resharded later. For an embedding's
+                // gradient that means every rank holding (a partial sum of) the whole table's
+                // gradient; Megatron instead completes the incoming gradient and scatters it into
+                // each rank's part of the vocabulary.
+                if (want.st == St::Shard && !(c.out[j] == want)) c.cost += op.kind == "embedding_backward" ? 12 : 2;
             }
             if (c.cost < kInf) cands.push_back(std::move(c));
         };
@@ -654,6 +693,25 @@ void Parallelizer::processOp(int opIndex) {
                     c.out.assign(nout, AxisState::partial());
                     finish(c);
                 }
+        // Megatron's vocabulary parallelism: an embedding whose table is split along the vocabulary
+        // looks up its own rows (a partial sum over the group), its gradient lands in the table's
+        // parts, and the cross-entropy of logits split along the classes is computed on the parts
+        // (the maximum, the sum of exponentials and the label's logit reduced over the group).
+        if (const auto vocab = vocabAxis(op); vocab.input >= 0) {
+            const int vd = vocab.dim;
+            const bool inputSplit = op.kind != "embedding_backward" && cur(static_cast<std::size_t>(vocab.input)).tp == AxisState::shard(vd);
+            const bool outputWanted = op.kind == "embedding_backward" && desired[static_cast<std::size_t>(op.outputs[0])] == AxisState::shard(0);
+            if ((inputSplit || outputWanted) && vocab.size % C.tp == 0) {
+                Candidate c;
+                c.vocab = true;
+                c.in.assign(nin, AxisState::rep());
+                if (op.kind != "embedding_backward") c.in[static_cast<std::size_t>(vocab.input)] = AxisState::shard(vd);
+                if (op.kind == "embedding") c.out = {AxisState::partial()};
+                else if (op.kind == "cross_entropy") c.out = {AxisState::rep()};
+                else c.out = {AxisState::shard(op.kind == "embedding_backward" ? 0 : vd)};
+                finish(c);
+            }
+        }
         // Splits along a dim some input is split on, or some output should end up split on.
         std::vector<int> labels;
         for (std::size_t i = 0; i < nin; ++i)
@@ -695,6 +753,7 @@ void Parallelizer::processOp(int opIndex) {
         tpIn = best->in;
         tpOut = best->out;
         tpMean = best->mean;
+        tpVocab = best->vocab;
     }
 
     // ---- convert the inputs, then fix coefficients by linearity.
@@ -748,7 +807,16 @@ void Parallelizer::processOp(int opIndex) {
                 int li = perReplica(v.pl) ? kk : l;
                 outs.push_back(v.inst[static_cast<std::size_t>(li * C.tp + t)]);
             }
-            emitLocal(op.name + instanceSuffix(m, rank), op.kind, rank, m, op.phase, ins, outs, op.attrs);
+            if (tpVocab && (op.kind == "cross_entropy" || op.kind == "cross_entropy_backward")) {
+                if (t == 0) vocabParallelCrossEntropy(op, l, stage, in, outV);  // the whole group at once
+                continue;
+            }
+            json attrs = op.attrs;
+            if (tpVocab) {
+                attrs["parts"] = C.tp;
+                attrs["index"] = t;
+            }
+            emitLocal(op.name + instanceSuffix(m, rank), op.kind, rank, m, op.phase, ins, outs, attrs);
         }
     for (std::size_t j = 0; j < nout; ++j) produced[static_cast<std::size_t>(op.outputs[j])] = outV[j];
 
@@ -756,6 +824,106 @@ void Parallelizer::processOp(int opIndex) {
     for (std::size_t j = 0; j < nout; ++j)
         if (tpAxis() && std::find(M.seqParallelStarts.begin(), M.seqParallelStarts.end(), op.outputs[j]) != M.seqParallelStarts.end())
             produced[static_cast<std::size_t>(op.outputs[j])] = tpConvert(outV[j], AxisState::shard(M.seqDim));
+}
+
+void Parallelizer::vocabParallelCrossEntropy(const LOp& op, int lane, int stage, const std::vector<int>& in, const std::vector<int>& outV) {
+    const bool backward = op.kind == "cross_entropy_backward";
+    const int T = C.tp;
+    const auto& x0 = versions[static_cast<std::size_t>(in[0])];
+    const int kk = laneK(x0.pl, lane), m = laneM(x0.pl, lane);
+    auto inst = [&](int vi, int t) {
+        const auto& v = versions[static_cast<std::size_t>(vi)];
+        const int li = perReplica(v.pl) ? kk : lane;
+        return v.inst[static_cast<std::size_t>(li * T + t)];
+    };
+    std::vector<int> group;
+    for (int t = 0; t < T; ++t) group.push_back(rankOf(kk, stage, t));
+    const Shape xs = localShape(op.inputs[0], x0.pl);  // [tokens.., classes / tp]
+    const Shape lead(xs.begin(), xs.end() - 1);
+    Shape lead1 = lead;
+    lead1.push_back(1);
+    const Role role = backward ? Role::Gradient : Role::Activation;
+    const int carried = op.outputs[0];  // the logical tensor the collectives carry a part of
+    const std::string& base = op.name;
+    auto rankOfT = [&](int t) { return group[static_cast<std::size_t>(t)]; };
+    // One local op per rank: out[t] = kind(ins(t)).
+    auto each = [&](const std::string& what, const std::string& kind, const Shape& shape, auto ins, json attrs, bool vocabPart = false) {
+        std::vector<std::string> outs;
+        for (int t = 0; t < T; ++t) {
+            auto out = localTensor(base + "." + what, rankOfT(t), m, shape, role);
+            json a = attrs;
+            if (vocabPart) {
+                a["parts"] = T;
+                a["index"] = t;
+            }
+            emitLocal(base + "." + what + instanceSuffix(m, rankOfT(t)), kind, rankOfT(t), m, op.phase, ins(t), {out}, a);
+            outs.push_back(std::move(out));
+        }
+        return outs;
+    };
+    auto allReduce = [&](const std::string& what, const std::vector<std::string>& ins, const Shape& shape, const char* reduce) {
+        std::vector<std::string> outs;
+        for (int t = 0; t < T; ++t) outs.push_back(localTensor(base + "." + what, rankOfT(t), m, shape, role));
+        emitCollective(base + "." + what + "_all_reduce" + instanceSuffix(m, group[0]), "all_reduce", group, m, carried, ins, outs,
+                       json{{"reduce", reduce}});
+        return outs;
+    };
+    auto x = [&](int t) { return inst(in[0], t); };
+    auto y = [&](int t) { return inst(in[1], t); };
+    const auto key = std::to_string(in[0]) + ":" + std::to_string(lane);
+
+    // exp(x - max) on each part, with the maximum and the sum of exponentials over the whole vocabulary.
+    std::vector<std::string> shifted, exps, total;
+    auto softmaxParts = [&]() {
+        auto localMax = each("max", "max", lead1, [&](int t) { return std::vector<std::string>{x(t)}; }, json{{"dim", -1}, {"keepdim", true}});
+        auto max = allReduce("max", localMax, lead1, "max");
+        shifted = each("shifted", "sub", xs, [&](int t) { return std::vector<std::string>{x(t), max[static_cast<std::size_t>(t)]}; }, json::object());
+        exps = each("exp", "exp", xs, [&](int t) { return std::vector<std::string>{shifted[static_cast<std::size_t>(t)]}; }, json::object());
+        auto localSum = each("sum_exp", "sum", lead1, [&](int t) { return std::vector<std::string>{exps[static_cast<std::size_t>(t)]}; },
+                             json{{"dims", {-1}}, {"keepdim", true}});
+        total = allReduce("sum_exp", localSum, lead1, "sum");
+    };
+    if (!backward) {
+        softmaxParts();
+        for (int t = 0; t < T; ++t)
+            vocabSoftmax[key + ":" + std::to_string(t)] = {exps[static_cast<std::size_t>(t)], total[static_cast<std::size_t>(t)]};
+        // the label's logit (minus the max) from the part that holds it
+        auto localTarget = each("target", "target_logit", lead,
+                                [&](int t) { return std::vector<std::string>{shifted[static_cast<std::size_t>(t)], y(t)}; }, json::object(), true);
+        auto target = allReduce("target", localTarget, lead, "sum");
+        auto lse = each("log_sum_exp", "log", lead1, [&](int t) { return std::vector<std::string>{total[static_cast<std::size_t>(t)]}; }, json::object());
+        auto flat = each("log_sum_exp_flat", "reshape", lead, [&](int t) { return std::vector<std::string>{lse[static_cast<std::size_t>(t)]}; }, json::object());
+        auto tokenLoss = each("token_loss", "sub", lead,
+                              [&](int t) { return std::vector<std::string>{flat[static_cast<std::size_t>(t)], target[static_cast<std::size_t>(t)]}; },
+                              json::object());
+        for (int t = 0; t < T; ++t)
+            emitLocal(base + ".mean" + instanceSuffix(m, rankOfT(t)), "mean", rankOfT(t), m, op.phase, {tokenLoss[static_cast<std::size_t>(t)]},
+                      {inst(outV[0], t)}, json::object());
+        return;
+    }
+    // backward: (softmax - one_hot) * dloss / tokens, the softmax from the forward's parts.
+    bool saved = true;
+    for (int t = 0; t < T; ++t) saved = saved && vocabSoftmax.count(key + ":" + std::to_string(t));
+    if (saved) {
+        for (int t = 0; t < T; ++t) {
+            const auto& sp = vocabSoftmax[key + ":" + std::to_string(t)];
+            exps.push_back(sp.exps);
+            total.push_back(sp.total);
+        }
+    } else {
+        softmaxParts();
+    }
+    auto softmax = each("softmax", "div", xs,
+                        [&](int t) { return std::vector<std::string>{exps[static_cast<std::size_t>(t)], total[static_cast<std::size_t>(t)]}; }, json::object());
+    auto hot = each("one_hot", "one_hot", xs, [&](int t) { return std::vector<std::string>{y(t)}; }, json::object(), true);
+    auto diff = each("softmax_minus_one_hot", "sub", xs,
+                     [&](int t) { return std::vector<std::string>{softmax[static_cast<std::size_t>(t)], hot[static_cast<std::size_t>(t)]}; }, json::object());
+    auto perToken = each("dloss_per_token", "mean_backward", lead, [&](int t) { return std::vector<std::string>{inst(in[2], t)}; }, json::object());
+    auto perToken1 = each("dloss_per_token_col", "reshape", lead1, [&](int t) { return std::vector<std::string>{perToken[static_cast<std::size_t>(t)]}; },
+                          json::object());
+    for (int t = 0; t < T; ++t)
+        emitLocal(base + ".scale" + instanceSuffix(m, rankOfT(t)), "mul", rankOfT(t), m, op.phase,
+                  {diff[static_cast<std::size_t>(t)], perToken1[static_cast<std::size_t>(t)]}, {inst(outV[0], t)}, json::object());
 }
 
 json Parallelizer::lineage() const {

@@ -269,6 +269,15 @@ OpDims operatorDims(std::string_view kindName, const nlohmann::json& a, const st
         }
         return d;
     }
+    if (k == "target_logit" || k == "one_hot") {
+        std::vector<int> li;
+        for (auto s : (k == "one_hot" ? in[0] : in[1])) li.push_back(d.add(s));
+        auto ll = li;
+        ll.push_back(-1);
+        d.in = k == "one_hot" ? std::vector<std::vector<int>>{li} : std::vector<std::vector<int>>{ll, li};
+        d.out = {k == "one_hot" ? ll : li};
+        return d;
+    }
     throw std::invalid_argument("no dims rule for operator " + k);
 }
 

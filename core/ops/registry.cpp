@@ -1157,18 +1157,39 @@ void shapeEmbeddingBackward(C& c, const std::vector<Dims<C>>& in, const std::vec
 
 std::int64_t clampId(std::int64_t id, std::int64_t n) { return n <= 0 ? 0 : ((id % n) + n) % n; }
 
+/// A vocabulary part (vocab-parallel embedding and cross-entropy): the op holds classes
+/// [index * n, (index + 1) * n) of parts * n, n being its own class count. Ids and labels index
+/// the whole vocabulary (modulo its size, as everywhere); the row of an id, or -1 if another part
+/// holds it.
+struct VocabPart {
+    std::int64_t parts = 1, index = 0;
+    explicit VocabPart(const json& a) : parts(attrInt(a, "parts", 1)), index(attrInt(a, "index", 0)) {}
+    std::int64_t row(std::int64_t id, std::int64_t n) const {
+        auto r = clampId(id, n * parts) - index * n;
+        return r >= 0 && r < n ? r : -1;
+    }
+};
+
+std::string checkVocabPart(const json& a, std::size_t, std::size_t) {
+    if (a.contains("parts") != a.contains("index")) return "attributes parts and index go together";
+    VocabPart p(a);
+    if (p.parts < 1 || p.index < 0 || p.index >= p.parts) return "attribute index must be in [0, parts)";
+    return {};
+}
+
 struct EmbeddingOp {
     template <class A>
-    static void eval(const A&, std::span<const Value<typename A::S>* const> in, std::span<Value<typename A::S>> out,
-                     const EvalContext&) {
+    static void eval(const A& alg, std::span<const Value<typename A::S>* const> in, std::span<Value<typename A::S>> out,
+                     const EvalContext& ctx) {
         const auto& ids = *in[0];
         const auto& w = *in[1];
         auto& o = out[0];
         std::int64_t V = w.shape[0], H = w.shape[1];
+        const VocabPart part(ctx.attrs);
         o.v.clear();
         for (auto id : ids.iv) {
-            auto r = clampId(id, V);
-            for (std::int64_t h = 0; h < H; ++h) o.v.push_back(w.v[r * H + h]);
+            auto r = part.row(id, V);
+            for (std::int64_t h = 0; h < H; ++h) o.v.push_back(r >= 0 ? w.v[r * H + h] : alg.zero());
         }
     }
 };
@@ -1176,14 +1197,16 @@ struct EmbeddingOp {
 struct EmbeddingBackwardOp {
     template <class A>
     static void eval(const A& alg, std::span<const Value<typename A::S>* const> in, std::span<Value<typename A::S>> out,
-                     const EvalContext&) {
+                     const EvalContext& ctx) {
         const auto& ids = *in[0];
         const auto& dy = *in[1];
         auto& o = out[0];
         std::int64_t V = o.shape[0], H = o.shape[1];
+        const VocabPart part(ctx.attrs);
         std::vector<std::vector<typename A::S>> parts(static_cast<std::size_t>(V * H));
         for (std::size_t i = 0; i < ids.iv.size(); ++i) {
-            auto r = clampId(ids.iv[i], V);
+            auto r = part.row(ids.iv[i], V);
+            if (r < 0) continue;
             for (std::int64_t h = 0; h < H; ++h) parts[r * H + h].push_back(dy.v[i * H + h]);
         }
         o.v.clear();
@@ -1250,6 +1273,60 @@ struct CrossEntropyBackwardOp {
                 auto p = alg.div(e[j], z);
                 o.v[i * C + j] = alg.mul(scale, j == label ? alg.sub(p, alg.one()) : p);
             }
+        }
+    }
+};
+
+template <class C>
+void shapeTargetLogit(C& c, const std::vector<Dims<C>>& in, const std::vector<Dims<C>>& out, const json&) {
+    const auto& logits = in[0];
+    const auto& labels = in[1];
+    if (!c.require(logits.size() == labels.size() + 1, "logits must be [..labels.., classes]")) return;
+    if (!c.require(out[0].size() == labels.size(), "output must have the shape of the labels")) return;
+    for (std::size_t i = 0; i < labels.size(); ++i) {
+        c.eq(labels[i], logits[i], dimName("labels", i));
+        c.eq(out[0][i], labels[i], dimName("output", i));
+    }
+    c.min2(logits.back());
+}
+
+/// (logits, labels) -> the logit of each label, or 0 where another vocabulary part holds it.
+struct TargetLogitOp {
+    template <class A>
+    static void eval(const A& alg, std::span<const Value<typename A::S>* const> in, std::span<Value<typename A::S>> out,
+                     const EvalContext& ctx) {
+        const auto& l = *in[0];
+        const auto& y = *in[1];
+        const VocabPart part(ctx.attrs);
+        std::int64_t C = l.shape.back();
+        out[0].v.clear();
+        for (std::size_t i = 0; i < y.iv.size(); ++i) {
+            auto r = part.row(y.iv[i], C);
+            out[0].v.push_back(r >= 0 ? l.v[static_cast<std::size_t>(static_cast<std::int64_t>(i) * C + r)] : alg.zero());
+        }
+    }
+};
+
+template <class C>
+void shapeOneHot(C& c, const std::vector<Dims<C>>& in, const std::vector<Dims<C>>& out, const json&) {
+    const auto& labels = in[0];
+    if (!c.require(out[0].size() == labels.size() + 1, "output must be [..labels.., classes]")) return;
+    for (std::size_t i = 0; i < labels.size(); ++i) c.eq(out[0][i], labels[i], dimName("output", i));
+    c.min2(out[0].back());
+}
+
+/// labels -> 1 at each label's class, 0 elsewhere (within this vocabulary part).
+struct OneHotOp {
+    template <class A>
+    static void eval(const A& alg, std::span<const Value<typename A::S>* const> in, std::span<Value<typename A::S>> out,
+                     const EvalContext& ctx) {
+        const auto& y = *in[0];
+        const VocabPart part(ctx.attrs);
+        std::int64_t C = out[0].shape.back();
+        out[0].v.clear();
+        for (auto id : y.iv) {
+            auto r = part.row(id, C);
+            for (std::int64_t j = 0; j < C; ++j) out[0].v.push_back(j == r ? alg.one() : alg.zero());
         }
     }
 };
@@ -1373,10 +1450,17 @@ struct AllReduceOp {
     template <class A>
     static void eval(const A& alg, std::span<const Value<typename A::S>* const> in, std::span<Value<typename A::S>> out,
                      const EvalContext& ctx) {
-        bool mean = ctx.attrs.value("reduce", std::string("sum")) == "mean";
+        const auto reduce = ctx.attrs.value("reduce", std::string("sum"));
+        const bool mean = reduce == "mean";
         auto n = static_cast<std::int64_t>(in.size());
         for (auto& o : out) initOut(alg, o);
         for (std::size_t i = 0; i < out[0].v.size(); ++i) {
+            if (reduce == "max") {
+                auto m = in[0]->v[i];
+                for (std::size_t k = 1; k < in.size(); ++k) m = alg.ite(alg.ge(m, in[k]->v[i]), m, in[k]->v[i]);
+                for (auto& o : out) o.v[i] = m;
+                continue;
+            }
             std::vector<typename A::S> terms;
             for (auto* x : in) terms.push_back(x->v[i]);
             auto s = alg.sum(terms);
@@ -1642,7 +1726,10 @@ std::vector<H> vjpChunk(GradBuilder& b, const VjpArgs& a) {
     return {b.emitOp1("slice_backward", {a.outGrads[0]}, json{{"dim", d}, {"start", start}, {"end", start + len}}, full)};
 }
 std::vector<H> vjpEmbedding(GradBuilder& b, const VjpArgs& a) {
-    return {-1, b.emitOp1("embedding_backward", {a.inputs[0], a.outGrads[0]}, json::object(), b.shapeOf(a.inputs[1]))};
+    json attrs = json::object();
+    for (const char* k : {"parts", "index"})
+        if (a.attrs.contains(k)) attrs[k] = a.attrs.at(k);
+    return {-1, b.emitOp1("embedding_backward", {a.inputs[0], a.outGrads[0]}, attrs, b.shapeOf(a.inputs[1]))};
 }
 std::vector<H> vjpCrossEntropy(GradBuilder& b, const VjpArgs& a) {
     return {b.emitOp1("cross_entropy_backward", {a.inputs[0], a.inputs[1], a.outGrads[0]}, json::object(),
@@ -1687,6 +1774,12 @@ std::string checkReduceAttr(const json& a, std::size_t, std::size_t) {
     if (!a.contains("reduce")) return {};
     const auto& v = a["reduce"];
     return v.is_string() && (v == "sum" || v == "mean") ? std::string() : "attribute reduce must be \"sum\" or \"mean\"";
+}
+std::string checkAllReduceAttr(const json& a, std::size_t, std::size_t) {
+    if (!a.contains("reduce")) return {};
+    const auto& v = a["reduce"];
+    return v.is_string() && (v == "sum" || v == "mean" || v == "max") ? std::string()
+                                                                      : "attribute reduce must be \"sum\", \"mean\" or \"max\"";
 }
 
 /// Attribute value types by name, shared by every operator.
@@ -1863,8 +1956,10 @@ OpRegistry::OpRegistry() {
     { auto* s = generic("expand", OpClass::Movement, 1, 1, 1, ExpandOp{}, vjpExpand, "broadcast to the output tensor's shape"); TV_SHAPE(*s, shapeExpand); }
     { auto* s = generic("sum_to", OpClass::Reduction, 1, 1, 1, SumToOp{}, vjpSumTo, "sum a broadcast gradient down to the output tensor's shape"); TV_SHAPE(*s, shapeSumTo); }
     { auto* s = generic("zeros_like", OpClass::Elementwise, 1, 1, 1, ZerosLikeOp{}, nullptr, "zeros of the input's shape"); TV_SHAPE(*s, shapeZerosLike); }
-    { auto* s = generic("embedding", OpClass::Compute, 2, 2, 1, EmbeddingOp{}, vjpEmbedding, "(ids, weight) -> weight[ids]"); s->intInputs = {0}; TV_SHAPE(*s, shapeEmbedding); }
-    { auto* s = generic("embedding_backward", OpClass::Compute, 2, 2, 1, EmbeddingBackwardOp{}, nullptr, "(ids, dy) -> scatter-add of dy rows into [vocab, hidden]"); s->intInputs = {0}; TV_SHAPE(*s, shapeEmbeddingBackward); }
+    { auto* s = generic("embedding", OpClass::Compute, 2, 2, 1, EmbeddingOp{}, vjpEmbedding, "(ids, weight) -> weight[ids]; with parts/index, a vocabulary part: rows of other parts are 0", {}, {"parts", "index"}); s->intInputs = {0}; s->checkAttrs = checkVocabPart; TV_SHAPE(*s, shapeEmbedding); }
+    { auto* s = generic("embedding_backward", OpClass::Compute, 2, 2, 1, EmbeddingBackwardOp{}, nullptr, "(ids, dy) -> scatter-add of dy rows into [vocab, hidden] (its vocabulary part)", {}, {"parts", "index"}); s->intInputs = {0}; s->checkAttrs = checkVocabPart; TV_SHAPE(*s, shapeEmbeddingBackward); }
+    { auto* s = generic("target_logit", OpClass::Loss, 2, 2, 1, TargetLogitOp{}, nullptr, "(logits, labels) -> each label's logit, 0 where another vocabulary part holds it", {}, {"parts", "index"}); s->intInputs = {1}; s->checkAttrs = checkVocabPart; TV_SHAPE(*s, shapeTargetLogit); }
+    { auto* s = generic("one_hot", OpClass::Loss, 1, 1, 1, OneHotOp{}, nullptr, "labels -> 1 at each label's class (in this vocabulary part), else 0", {}, {"parts", "index"}); s->intInputs = {0}; s->checkAttrs = checkVocabPart; TV_SHAPE(*s, shapeOneHot); }
     { auto* s = generic("cross_entropy", OpClass::Loss, 2, 2, 1, CrossEntropyOp{}, vjpCrossEntropy, "(logits, labels) -> mean of log-sum-exp minus the label logit"); s->intInputs = {1}; TV_SHAPE(*s, shapeCrossEntropy); }
     { auto* s = generic("cross_entropy_backward", OpClass::Loss, 3, 3, 1, CrossEntropyBackwardOp{}, nullptr, "(logits, labels, dloss) -> dloss/N (softmax - onehot)"); s->intInputs = {1}; TV_SHAPE(*s, shapeCrossEntropy); }
     { auto* s = generic("dropout", OpClass::Elementwise, 2, 2, 1, DropoutOp{}, vjpDropout, "(x, mask) -> x mask / (1-p)", {"p"}); TV_SHAPE(*s, shapeSame); }
@@ -1879,7 +1974,7 @@ OpRegistry::OpRegistry() {
         s->collectiveOutputs = nout;
         return s;
     };
-    { auto* s = coll("all_reduce", AllReduceOp{}, groupN, groupN, "every member gets the sum (or mean) of all inputs", {}, {"reduce"}); s->checkAttrs = checkReduceAttr; TV_SHAPE(*s, shapeAllReduce); }
+    { auto* s = coll("all_reduce", AllReduceOp{}, groupN, groupN, "every member gets the sum (or mean, or maximum) of all inputs", {}, {"reduce"}); s->checkAttrs = checkAllReduceAttr; TV_SHAPE(*s, shapeAllReduce); }
     { auto* s = coll("all_gather", AllGatherOp{}, groupN, groupN, "every member gets the inputs concatenated in group order", {"dim"}, {}); TV_SHAPE(*s, shapeAllGather); }
     { auto* s = coll("reduce_scatter", ReduceScatterOp{}, groupN, groupN, "member i gets chunk i of the sum (or mean)", {"dim"}, {"reduce"}); s->checkAttrs = checkReduceAttr; TV_SHAPE(*s, shapeReduceScatter); }
     { auto* s = coll("all_to_all", AllToAllOp{}, groupN, groupN, "member i gets chunk i of every member's input, concatenated", {"split_dim", "concat_dim"}, {}); TV_SHAPE(*s, shapeAllToAll); }

@@ -4,9 +4,11 @@
 #include <unordered_map>
 #include <unordered_set>
 #include <numeric>
+#include <optional>
 #include <cstdio>
 #include <cstdlib>
 
+#include "ops/normal_form.hpp"
 #include "ops/registry.hpp"
 
 namespace tv {
@@ -408,9 +410,13 @@ private:
         z3::params simp(ctx_);
         simp.set("som", true);
         simp.set("arith_lhs", true);
+        // Created on first need: only stages whose terms apply exp, log or a reciprocal and that
+        // simplification alone does not close use the exp/log normal form.
+        std::optional<ExpLogNormalizer> normal;
         for (const auto& s : rec.slices) {
             auto offs = boxOffsets(ts.shape, reducedBox(s.box, rec.logical));
             std::vector<Eq> open;
+            bool usedNormalForm = false;
             for (const auto& c : s.copies) {
                 for (std::size_t e = 0; e < offs.size(); ++e) {
                     if (ts.isInt) {
@@ -430,11 +436,27 @@ private:
                         std::int64_t z = 1;
                         if (diff.is_numeral_i64(z) && z == 0) continue;
                     }
+                    // Tier 1b: the exp/log identities (a parallel softmax that takes the maximum out
+                    // and puts it back): both sides in the exp/log normal form.
+                    if (!normal) normal.emplace(alg_);
+                    if (normal->mentionsExpLog(ts.v[offs[e]]) || normal->mentionsExpLog(rhs)) {
+                        if (auto same = normal->provesEqual(ts.v[offs[e]], rhs)) {
+                            if (*same) {
+                                usedNormalForm = true;
+                                continue;
+                            }
+                            auto a = normal->normalize(ts.v[offs[e]]), b = normal->normalize(rhs);
+                            if (a && b) {
+                                open.push_back({*a, *b});
+                                continue;
+                            }
+                        }
+                    }
                     open.push_back({ts.v[offs[e]], rhs});
                 }
             }
             if (open.empty()) {
-                ++result_.tiers.simplify;
+                ++(usedNormalForm ? result_.tiers.expLog : result_.tiers.simplify);
                 continue;
             }
             z3::expr_vector eqs(ctx_);

@@ -22,7 +22,7 @@ std::string_view toString(StageStatus s);
 
 /// Which tier proved each output group.
 struct TierCounts {
-    std::uint32_t simplify = 0, solveEqs = 0, solver = 0;
+    std::uint32_t simplify = 0, expLog = 0, solveEqs = 0, solver = 0;  ///< expLog: closed by the exp/log normal form
 };
 
 struct StageResult {

@@ -347,10 +347,11 @@ std::string reportToText(const VerifyReport& r, bool withStats) {
     if (r.failures.size() > 1) os << "\n  (" << r.failures.size() - 1 << " more failure(s) in later stages; see --json)\n";
     for (const auto& w : r.warnings) os << "warning: " << w << "\n";
     if (withStats) {
-        std::uint32_t t1 = 0, t2 = 0, t3 = 0;
+        std::uint32_t t1 = 0, t1b = 0, t2 = 0, t3 = 0;
         std::uint64_t full = 0, red = 0;
         for (const auto& res : r.results) {
             t1 += res.tiers.simplify;
+            t1b += res.tiers.expLog;
             t2 += res.tiers.solveEqs;
             t3 += res.tiers.solver;
             full += res.fullElements;
@@ -369,7 +370,8 @@ std::string reportToText(const VerifyReport& r, bool withStats) {
         os << "  unique stages solved: " << r.uniqueStages << " of " << r.results.size() << " (isomorphic stages reuse a proof)\n";
         if (r.writtenOutStages > 0)
             os << "  stages tying replicas together: " << r.writtenOutStages << " (written out for every replica; replica 0 proves the rest)\n";
-        os << "  output groups proven by simplify / solve-eqs / solver: " << t1 << " / " << t2 << " / " << t3 << "\n";
+        os << "  output groups proven by simplify / exp-log normal form / solve-eqs / solver: " << t1 << " / " << t1b << " / " << t2 << " / " << t3
+           << "\n";
         os << "  tensor elements: " << full << " full, " << red << " after shape reduction\n";
         os << "  peak memory: " << peakMemoryKb() / 1024 << " MiB\n";
     }
