@@ -22,7 +22,7 @@ constexpr const char* kUsage = R"(trainverify - proves a distributed training pl
 Usage:
   trainverify verify PLAN.json [--jobs N] [--timeout SECONDS] [--json REPORT.json|-] [--stats] [--no-reduce] [--no-reuse]
   trainverify inspect PLAN.json [--json]
-  trainverify generate --model MODEL [--dp N] [--tp N] [--pp N] [--microbatches N] [--sp] [--ep N] [--zero 1|2|3]
+  trainverify generate --model MODEL [--dp N] [--tp N] [--pp N] [--microbatches N] [--sp] [--ep N] [--cp N] [--zero 1|2|3]
                        [--schedule 1f1b|gpipe] [--layers N] [--global-batch N] [--optimizer adamw|sgd]
                        [--hidden N] [--heads N] [--kv-heads N] [--ffn N] [--vocab N] [--seq N]
                        [--clip-grad NORM] [--format 1|2] [--verify] -o PLAN.json
@@ -46,7 +46,9 @@ generate Writes one whole training step (forward, backward, gradient reduction, 
          (small), deepseek-v2-lite, deepseek-v2, deepseek-v3; --layers and the size options
          override the preset. --zero splits optimizer state (2: and gradients; 3: and
          weights) over the dp replicas. --ep N splits DeepSeek's experts over the tp group
-         (N = --tp); --cp is recognised and rejected (not built yet). --verify verifies the
+         (N = --tp). --cp N splits the sequence over N ranks (context parallelism; not
+         yet with --tp). Under --tp the embedding and the cross-entropy are
+         vocab-parallel. --verify verifies the
          written plan. --format 2 (the default) stores data-parallel replicas and
          microbatches once; 1 writes everything out.
          --clip-grad NORM clips the gradients to a global norm before the update.

@@ -85,6 +85,8 @@ private slots:
             if (std::string(model) != "mlp") {
                 row("tp2 sp", [](Options& o) { o.tp = 2; o.sequenceParallel = true; });
                 row("dp2 tp2 pp2 nm2 sp", [](Options& o) { o.dp = o.tp = o.pp = o.microbatches = 2; o.sequenceParallel = true; });
+                row("cp2", [](Options& o) { o.cp = 2; });
+                row("dp2 cp2 pp2 nm2 zero1", [](Options& o) { o.dp = o.cp = o.pp = o.microbatches = 2; o.zero = 1; });
             }
         }
         QTest::newRow("llama3 dp4 tp2 nm2") << with(small("llama3"), [](Options& o) { o.dp = 4; o.tp = 2; o.microbatches = 2; });
@@ -232,6 +234,32 @@ private slots:
         QVERIFY2(rep.verdict == Verdict::Equivalent, reportToText(rep).c_str());
     }
 
+    // Context parallelism: every member holds its part of the sequence of every activation and
+    // the whole of every weight; attention all-gathers K and V along the sequence; the weight
+    // gradients are partial sums all-reduced over the group; the mesh and ranks name the axis cp.
+    void contextParallelism() {
+        auto doc = gen::generatePlan(with(small("llama3"), [](Options& o) { o.cp = 2; o.dp = 2; }));
+        QCOMPARE(doc["parallel"]["mesh"].value("cp", 0), 2);
+        QVERIFY(!doc["parallel"]["mesh"].contains("tp"));
+        std::map<std::string, json> tensors;
+        for (const auto& t : doc["parallel"]["tensors"]) tensors[t["id"]] = t;
+        int kvGathers = 0;
+        for (const auto& op : doc["parallel"]["ops"]) {
+            const std::string id = op["id"];
+            if (op["op"] == "all_gather" && (id.find("k_heads") != std::string::npos || id.find("v_heads") != std::string::npos)) ++kvGathers;
+            // no weight is ever split or gathered over the group
+            if (op["op"] == "all_gather" || op["op"] == "chunk")
+                for (const auto& in : op["inputs"]) QVERIFY2(tensors[in.get<std::string>()]["role"] != "weight", id.c_str());
+        }
+        QCOMPARE(kvGathers, 2 * 2);  // K and V of both layers
+        // token ids arrive split along the sequence: [batch/dp, seq/cp]
+        QCOMPARE(tensors["tokens.mb0@r0"]["shape"], json::array({1, 16 / 2}));
+        auto res = readPlanJson(doc);
+        QVERIFY(res.ok());
+        QCOMPARE(res.plan->ranks[1].at(Axis::CP), 1);
+        QVERIFY(verifyPlan(*res.plan).verdict == Verdict::Equivalent);
+    }
+
     // Mutations of the vocab-parallel cross-entropy: three are bugs, caught at the loss; one is not
     // a bug at all (any shift of the logits cancels, so a sum in place of the maximum is exact, if
     // numerically unwise), and the exp/log identities prove it.
@@ -324,7 +352,10 @@ private slots:
         row("sp without tp", with(small("llama3"), [](Options& o) { o.sequenceParallel = true; }), "--sp needs --tp 2");
         row("sp on mlp", with(small("mlp"), [](Options& o) { o.tp = 2; o.sequenceParallel = true; }), "no sequence dim");
         row("ep without experts", with(small("llama3"), [](Options& o) { o.ep = 2; }), "needs a model with experts");
-        row("cp", with(small("llama3"), [](Options& o) { o.cp = 2; }), "context parallelism");
+        row("cp with tp", with(small("llama3"), [](Options& o) { o.cp = 2; o.tp = 2; }), "context parallelism together with tensor parallelism");
+        row("cp with sp", with(small("llama3"), [](Options& o) { o.cp = 2; o.sequenceParallel = true; }), "--cp with --sp");
+        row("cp on mlp", with(small("mlp"), [](Options& o) { o.cp = 2; }), "no sequence dim to split");
+        row("cp does not divide seq", with(small("llama3"), [](Options& o) { o.cp = 3; o.seq = 16; }), "cp 3 does not divide the sequence length 16");
         row("zero without dp", with(small("llama3"), [](Options& o) { o.zero = 1; }), "--zero 1 needs --dp 2 or more");
         row("odd head dim", with(small("llama3"), [](Options& o) { o.hidden = 12; o.heads = 4; o.kvHeads = 4; }), "must be even");
         row("clip not positive", with(small("llama3"), [](Options& o) { o.clipGrad = "-1"; }), "--clip-grad needs a positive number");

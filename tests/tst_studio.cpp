@@ -1,5 +1,7 @@
 // The Studio under the offscreen platform: opening every example, the scene's items, selection
 // sync across the sides, Find, collapsing ranks, export, and a non-empty picture of the window.
+#include <QComboBox>
+#include <QToolBar>
 #include <QtTest>
 
 #include <QAbstractItemModelTester>
@@ -151,6 +153,45 @@ private slots:
             }
         QCOMPARE(w.applyFilter(f), expect);
         QCOMPARE(w.applyFilter({}), total);
+    }
+
+    // The filter bar offers the axes the plan's mesh uses: a context-parallel plan gets a cp
+    // filter (and no tp one), and it keeps one cp coordinate's ranks.
+    void filterBarFollowsTheMesh() {
+        MainWindow w;
+        QVERIFY(openAndWait(w, example(QStringLiteral("llama3-cp2.json"))));
+        auto* cp = w.findChild<QComboBox*>(QStringLiteral("filter-cp"));
+        auto* tp = w.findChild<QComboBox*>(QStringLiteral("filter-tp"));
+        auto* ep = w.findChild<QComboBox*>(QStringLiteral("filter-ep"));
+        QVERIFY(cp && tp && ep);
+        // (the window is not shown, so ask the tool bar's actions, not the widgets)
+        auto* bar = w.findChild<QToolBar*>(QStringLiteral("filters"));
+        QVERIFY(bar);
+        auto shown = [&](QWidget* c) {
+            for (auto* a : bar->actions())
+                if (bar->widgetForAction(a) == c) return a->isVisible();
+            return false;
+        };
+        QVERIFY(shown(cp));
+        QVERIFY(!shown(tp));
+        QVERIFY(!shown(ep));
+        QCOMPARE(cp->count(), 3);  // any cp, cp=0, cp=1
+        cp->setCurrentIndex(2);
+        auto* scene = w.scene();
+        const auto& plan = *scene->loaded()->plan;
+        int kept = 0;
+        for (int i = 0; i < scene->nodeItemCount(); ++i) {
+            const auto& n = scene->loaded()->view.nodes[static_cast<std::size_t>(i)];
+            if (n.side != ViewSide::Parallel || n.kind != ViewNodeKind::Op || plan.parallel.ops[n.id].rank < 0) continue;
+            const bool onCp1 = plan.ranks[static_cast<std::size_t>(plan.parallel.ops[n.id].rank)].at(Axis::CP) == 1;
+            QCOMPARE(scene->nodePassesFilter(i), onCp1);
+            kept += onCp1;
+        }
+        QVERIFY(kept > 0);
+        // A plan without cp hides the cp filter again.
+        QVERIFY(openAndWait(w, example(QStringLiteral("mlp-tp2.json"))));
+        QVERIFY(!shown(cp));
+        QVERIFY(shown(tp));
     }
 
     void collapseAndExpandRanks() {

@@ -17,3 +17,6 @@ $tv generate --model mlp --layers 2 --hidden 16 --ffn 32 --vocab 8 --dp 2 --zero
 # Two replicas and two pipeline stages with four microbatches, all stored once (plan format 2):
 # microbatch 0 of replica 0 stands for every lane; gradients accumulate in one op per rank.
 $tv generate --model mlp --layers 2 --hidden 16 --ffn 32 --vocab 8 --dp 2 --pp 2 --microbatches 4 -o $out/mlp-dp2-pp2-nm4-lanes.json
+# Context parallelism: one Llama 3 block with the sequence split over two ranks, K and V
+# all-gathered for attention, the weight gradients all-reduced over the cp group.
+$tv generate --model llama3 --layers 1 --cp 2 -o $out/llama3-cp2.json

@@ -306,9 +306,12 @@ void MainWindow::buildFilterBar() {
         return c;
     };
     filterRank_ = combo(tr("Show one rank"));
-    const QString coordTips[3] = {tr("Data-parallel coordinate"), tr("Tensor-parallel coordinate"), tr("Pipeline-parallel coordinate")};
-    for (int k = 0; k < 3; ++k) {
+    const QString coordTips[kAxes.size()] = {tr("Data-parallel coordinate"),     tr("Tensor-parallel coordinate"),
+                                             tr("Pipeline-parallel coordinate"), tr("Sequence-parallel coordinate"),
+                                             tr("Context-parallel coordinate"),  tr("Expert-parallel coordinate")};
+    for (std::size_t k = 0; k < kAxes.size(); ++k) {
         filterCoord_[k] = combo(coordTips[k]);
+        filterCoord_[k]->setObjectName(QStringLiteral("filter-") + QString::fromLatin1(toString(kAxes[k]).data()));
         filterCoordActions_[k] = lastAction;
     }
     filterMicrobatch_ = combo(tr("Microbatch"));
@@ -332,11 +335,12 @@ void MainWindow::resetFilterBar() {
     };
     const int ranks = l ? static_cast<int>(l->plan->ranks.size()) : 0;
     fill(filterRank_, tr("any rank"), ranks, tr("rank "));
-    const Axis axes[3] = {Axis::DP, Axis::TP, Axis::PP};
-    for (int k = 0; k < 3; ++k) {
-        const auto name = QString::fromLatin1(toString(axes[k]).data());
-        fill(filterCoord_[k], tr("any %1").arg(name), l ? l->plan->mesh.at(axes[k]) : 0, name + QStringLiteral("="));
-        if (filterCoordActions_[k]) filterCoordActions_[k]->setVisible(!l || l->plan->mesh.at(axes[k]) > 1);
+    for (std::size_t k = 0; k < kAxes.size(); ++k) {
+        const auto name = QString::fromLatin1(toString(kAxes[k]).data());
+        fill(filterCoord_[k], tr("any %1").arg(name), l ? l->plan->mesh.at(kAxes[k]) : 0, name + QStringLiteral("="));
+        // dp, tp and pp always have their place; the other axes only when the plan uses them
+        const bool core = kAxes[k] == Axis::DP || kAxes[k] == Axis::TP || kAxes[k] == Axis::PP;
+        if (filterCoordActions_[k]) filterCoordActions_[k]->setVisible(core ? (!l || l->plan->mesh.at(kAxes[k]) > 1) : (l && l->plan->mesh.at(kAxes[k]) > 1));
     }
     fill(filterMicrobatch_, tr("any microbatch"), l ? l->plan->microbatches : 0, tr("mb "));
     filterPhase_->clear();
@@ -351,8 +355,7 @@ void MainWindow::filterBarChanged() {
     if (updatingFilterBar_) return;
     ViewFilter f;
     f.rank = filterRank_->currentData().toInt();
-    const Axis axes[3] = {Axis::DP, Axis::TP, Axis::PP};
-    for (int k = 0; k < 3; ++k) f.coordinate[static_cast<std::size_t>(axes[k])] = filterCoord_[k]->currentData().toInt();
+    for (std::size_t k = 0; k < kAxes.size(); ++k) f.coordinate[static_cast<std::size_t>(kAxes[k])] = filterCoord_[k]->currentData().toInt();
     f.microbatch = filterMicrobatch_->currentData().toInt();
     f.phase = filterPhase_->currentData().toInt();
     f.opKind = filterKind_->text().trimmed().toStdString();
@@ -365,8 +368,7 @@ int MainWindow::applyFilter(const ViewFilter& f) {
     updatingFilterBar_ = true;
     auto pick = [](QComboBox* c, int value) { c->setCurrentIndex(std::max(0, c->findData(value))); };
     pick(filterRank_, f.rank);
-    const Axis axes[3] = {Axis::DP, Axis::TP, Axis::PP};
-    for (int k = 0; k < 3; ++k) pick(filterCoord_[k], f.coordinate[static_cast<std::size_t>(axes[k])]);
+    for (std::size_t k = 0; k < kAxes.size(); ++k) pick(filterCoord_[k], f.coordinate[static_cast<std::size_t>(kAxes[k])]);
     pick(filterMicrobatch_, f.microbatch);
     pick(filterPhase_, f.phase);
     filterKind_->setText(QString::fromStdString(f.opKind));

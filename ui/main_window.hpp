@@ -95,8 +95,8 @@ private:
     QLabel* statusPlan_ = nullptr;
     QLabel* statusZoom_ = nullptr;
     QComboBox* filterRank_ = nullptr;
-    std::array<QComboBox*, 3> filterCoord_{};  ///< dp, tp, pp
-    std::array<QAction*, 3> filterCoordActions_{};
+    std::array<QComboBox*, kAxes.size()> filterCoord_{};  ///< per parallelism axis (dp, tp, pp, sp, cp, ep), shown when the mesh uses it
+    std::array<QAction*, kAxes.size()> filterCoordActions_{};
     QComboBox* filterMicrobatch_ = nullptr;
     QComboBox* filterPhase_ = nullptr;
     QLineEdit* filterKind_ = nullptr;

@@ -236,7 +236,9 @@ private:
         Placement p;
         if (isData[static_cast<std::size_t>(t)] && laneAxis()) p.lane = AxisState::shard(M.batchDim);
         int d = M.placement[static_cast<std::size_t>(t)].tpShardDim;
-        if (d >= 0 && tpAxis()) p.tp = AxisState::shard(d);
+        if (d >= 0 && tpAxis() && !C.contextParallel) p.tp = AxisState::shard(d);
+        // Context parallelism: the data loader gives each member its part of the sequence.
+        if (C.contextParallel && isData[static_cast<std::size_t>(t)] && M.seqDim >= 0) p.tp = AxisState::shard(M.seqDim);
         // ZeRO: optimizer state (and with ZeRO-3 the weights too) is split over the replicas.
         const auto role = lt(t).role;
         if (int z = zeroDim(t); z >= 0 && (role == Role::OptimizerState || (C.zero == 3 && role == Role::Weight)))
@@ -484,7 +486,16 @@ private:
         return nv;
     }
 
-    int convert(int vi, AxisState lane, AxisState tp) { return tpConvert(convertLane(vi, lane), tp); }
+    int convert(int vi, AxisState lane, AxisState tp) {
+        const Placement cur = versions[static_cast<std::size_t>(vi)].pl;
+        // ZeRO would split a tensor along the dim the group already splits it on (a gradient of a
+        // position table under context parallelism): settle the group axis first.
+        if (lane.st == St::DpShard && cur.tp.st == St::Shard && cur.tp.dim == lane.dim && !(tp == cur.tp)) {
+            int v = cur.lane.st == St::Rep ? vi : convertLane(vi, AxisState::rep());
+            return convertLane(tpConvert(v, tp), lane);
+        }
+        return tpConvert(convertLane(vi, lane), tp);
+    }
 
     static double tpCost(const AxisState& from, const AxisState& to, bool weight) {
         if (from == to) return 0;
@@ -544,7 +555,7 @@ void Parallelizer::computeDesired() {
         if (o.dead || (o.kind != "adamw" && o.kind != "sgd")) continue;
         int w = o.inputs[0], g = o.inputs[1];
         int d = M.placement[static_cast<std::size_t>(w)].tpShardDim;
-        if (d < 0 || !tpAxis()) continue;
+        if (d < 0 || !tpAxis() || C.contextParallel) continue;
         std::vector<int> work{g};
         while (!work.empty()) {
             int t = work.back();
@@ -721,6 +732,10 @@ void Parallelizer::processOp(int opIndex) {
                 labels.push_back(labelOf(dims.out[j], desired[static_cast<std::size_t>(op.outputs[j])].dim));
         std::sort(labels.begin(), labels.end());
         labels.erase(std::unique(labels.begin(), labels.end()), labels.end());
+        // Context parallelism keeps every weight whole: the optimizer updates it replicated (a
+        // gradient split along the sequence, such as a position embedding's, is gathered first).
+        const bool wholeUpdate = C.contextParallel && (op.kind == "adamw" || op.kind == "sgd");
+        if (wholeUpdate) labels.clear();
         for (int l : labels) {
             if (l < 0 || l == laneLabel) continue;
             const auto& lab = dims.labels[static_cast<std::size_t>(l)];
@@ -1046,8 +1061,21 @@ json Parallelizer::run() {
     orderBySchedule();
     json par{{"mesh", json::object()}, {"microbatches", C.microbatches}, {"tensors", ptensors}, {"ops", pops}};
     if (C.dp > 1) par["mesh"]["dp"] = C.dp;
-    if (C.tp > 1) par["mesh"]["tp"] = C.tp;
+    if (C.tp > 1) par["mesh"][C.contextParallel ? "cp" : "tp"] = C.tp;
     if (C.pp > 1) par["mesh"]["pp"] = C.pp;
+    if (C.contextParallel) {
+        // A mesh with cp lists its ranks: dp outermost, then pp, then cp (as rankOf numbers them).
+        json ranks = json::array();
+        for (int k = 0; k < C.dp; ++k)
+            for (int s = 0; s < C.pp; ++s)
+                for (int c = 0; c < C.tp; ++c) {
+                    json r{{"rank", ranks.size()}, {"cp", c}};
+                    if (C.dp > 1) r["dp"] = k;
+                    if (C.pp > 1) r["pp"] = s;
+                    ranks.push_back(std::move(r));
+                }
+        par["ranks"] = std::move(ranks);
+    }
     if (compact()) par["replicas"] = json{{"axis", "dp"}};
     if (compactMicrobatches()) par["replicas"]["microbatches"] = true;
     return json{{"logical", logicalJson()}, {"parallel", par}, {"lineage", lineage()}};
