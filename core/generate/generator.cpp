@@ -19,6 +19,16 @@ ModelConfig modelConfig(const GenerateOptions& o) {
     if (o.ffn) c.ffn = *o.ffn;
     if (o.vocab) c.vocab = *o.vocab;
     if (o.seq) c.seq = *o.seq;
+    // Vocabulary parallelism splits the embedding and the output layer by vocabulary. Like
+    // Megatron (--make-vocab-size-divisible-by 128), a vocabulary the group does not divide is
+    // padded to a multiple of 128 x tp: GPT-2's 50,257 tokens become 50,304 at tp 2. The padded
+    // classes are real rows of the tables and real logits of the softmax, in the logical step
+    // too, so the padded model is what is verified.
+    if (c.family != "mlp" && o.tp > 1 && c.vocab > 0 && c.vocab % o.tp != 0) {
+        const std::int64_t multiple = 128 * static_cast<std::int64_t>(o.tp);
+        c.vocabUnpadded = c.vocab;
+        c.vocab = (c.vocab + multiple - 1) / multiple * multiple;
+    }
     return c;
 }
 
@@ -92,7 +102,6 @@ std::string validate(const GenerateOptions& o) {
             e << "tensor parallelism: tp " << o.tp << " does not divide the shared experts' size " << c.moeFfn * c.sharedExperts;
             return e.str();
         }
-        if (!divides(o.tp, c.vocab)) { e << "tensor parallelism: tp " << o.tp << " does not divide the vocabulary of " << c.vocab; return e.str(); }
         if (o.sequenceParallel) {
             if (o.tp < 2) return "--sp needs --tp 2 or more (sequence parallelism splits the sequence over the tensor-parallel group)";
             if (!divides(o.tp, c.seq)) { e << "sequence parallelism: tp " << o.tp << " does not divide the sequence length " << c.seq; return e.str(); }
@@ -114,10 +123,6 @@ std::string validate(const GenerateOptions& o) {
     if (!divides(o.tp, c.heads)) { e << "tensor parallelism: tp " << o.tp << " does not divide the " << c.heads << " attention heads"; return e.str(); }
     if (!divides(o.tp, c.kvHeads)) { e << "tensor parallelism: tp " << o.tp << " does not divide the " << c.kvHeads << " key/value heads"; return e.str(); }
     if (!divides(o.tp, c.ffn)) { e << "tensor parallelism: tp " << o.tp << " does not divide the ffn size " << c.ffn; return e.str(); }
-    if (c.family != "mlp" && !divides(o.tp, c.vocab)) {
-        e << "tensor parallelism: tp " << o.tp << " does not divide the vocabulary of " << c.vocab << " (the embedding and the output layer are split by vocabulary)";
-        return e.str();
-    }
     if (o.sequenceParallel) {
         if (o.tp < 2) return "--sp needs --tp 2 or more (sequence parallelism splits the sequence over the tensor-parallel group)";
         if (!divides(o.tp, c.seq)) { e << "sequence parallelism: tp " << o.tp << " does not divide the sequence length " << c.seq; return e.str(); }
@@ -159,7 +164,9 @@ json generatePlan(const GenerateOptions& o) {
              << c.denseLayers << " dense layer(s), seq " << c.seq;
     else if (c.family != "mlp")
         desc << ", " << c.heads << " heads, " << c.kvHeads << " kv heads, seq " << c.seq;
-    desc << ", ffn " << c.ffn << ", vocab " << c.vocab << "), global batch " << batch << ", " << o.optimizer
+    desc << ", ffn " << c.ffn << ", vocab " << c.vocab
+         << (c.vocabUnpadded ? " (" + std::to_string(c.vocabUnpadded) + " padded to a multiple of 128 x tp, as Megatron does)" : std::string())
+         << "), global batch " << batch << ", " << o.optimizer
          << " optimizer; data parallel " << o.dp << ", tensor parallel " << o.tp << (o.sequenceParallel ? " with sequence parallelism" : "")
          << (o.cp > 1 ? ", context parallel " + std::to_string(o.cp) + " (the sequence split, K and V all-gathered for attention)" : std::string())
          << (o.zero ? ", ZeRO-" + std::to_string(o.zero) : std::string()) << (o.clipGrad.empty() ? "" : ", gradients clipped to global norm " + o.clipGrad)

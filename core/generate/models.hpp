@@ -20,6 +20,7 @@ struct ModelConfig {
     std::int64_t kvHeads = 4;   ///< grouped-query attention: heads share kvHeads key/value heads
     std::int64_t ffn = 256;     ///< feed-forward inner size
     std::int64_t vocab = 256;
+    std::int64_t vocabUnpadded = 0;  ///< the vocabulary before padding (0: not padded)
     std::int64_t seq = 16;
     std::string normEps = "1e-5";
     bool tiedEmbeddings = false;

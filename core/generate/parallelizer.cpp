@@ -426,7 +426,7 @@ private:
         const Version src = versions[static_cast<std::size_t>(vi)];
         const auto from = src.pl.tp;
         if (from == to) return vi;
-        if (from.st == St::Shard && to.st == St::Shard) return tpConvert(tpConvert(vi, AxisState::rep()), to);
+
         if (to.st == St::Partial)
             throw std::logic_error("generator: cannot turn " + lt(src.logical).name + " into a partial sum");
         Placement p = src.pl;
@@ -434,7 +434,11 @@ private:
         auto k = placementKey(src.logical, src.stage, p);
         if (auto it = cache.find(k); it != cache.end()) return it->second;
         const auto& name = lt(src.logical).name;
-        std::string what = from.st == St::Rep ? ".chunk" : from.st == St::Shard ? ".gathered" : to.st == St::Rep ? ".reduced" : ".scattered";
+        std::string what = from.st == St::Rep                               ? ".chunk"
+                           : from.st == St::Shard && to.st == St::Shard ? ".resplit"
+                           : from.st == St::Shard                       ? ".gathered"
+                           : to.st == St::Rep                           ? ".reduced"
+                                                                        : ".scattered";
         int nv = newVersion(src.logical, src.stage, p, name + what);
         const auto& dst = versions[static_cast<std::size_t>(nv)];
         for (int l = 0; l < lanes(p); ++l) {
@@ -451,6 +455,12 @@ private:
                     emitLocal(name + ".chunk" + instanceSuffix(m, group[static_cast<std::size_t>(t)]), "chunk",
                               group[static_cast<std::size_t>(t)], m, phaseOf(src.logical), {ins[static_cast<std::size_t>(t)]},
                               {outs[static_cast<std::size_t>(t)]}, json{{"dim", to.dim}, {"parts", C.tp}, {"index", t}});
+            } else if (from.st == St::Shard && to.st == St::Shard) {
+                // Split along another dim: each member sends every other member the part of its
+                // piece that member keeps (an all-to-all; the MoE dispatch of tokens split along
+                // the sequence to experts split over the group).
+                emitCollective(name + ".all_to_all" + instanceSuffix(m, group[0]), "all_to_all", group, m, src.logical, ins, outs,
+                               json{{"split_dim", to.dim}, {"concat_dim", from.dim}});
             } else if (from.st == St::Shard) {
                 emitCollective(name + ".all_gather" + instanceSuffix(m, group[0]), "all_gather", group, m, src.logical, ins, outs,
                                json{{"dim", from.dim}});
@@ -502,7 +512,7 @@ private:
         if (to.st == St::Partial) return kInf;
         if (from.st == St::Rep) return 1;
         if (from.st == St::Shard && to.st == St::Rep) return weight ? 15 : 10;
-        if (from.st == St::Shard) return weight ? 16 : 11;
+        if (from.st == St::Shard) return weight ? 16 : 8;  // to another split: one all-to-all
         return 10;  // partial -> replicated or sharded
     }
 
