@@ -46,9 +46,9 @@ generate Writes one whole training step (forward, backward, gradient reduction, 
          (small), deepseek-v2-lite, deepseek-v2, deepseek-v3; --layers and the size options
          override the preset. --zero splits optimizer state (2: and gradients; 3: and
          weights) over the dp replicas. --ep N splits DeepSeek's experts over the tp group
-         (N = --tp). --cp N splits the sequence over N ranks (context parallelism; not
-         yet with --tp). Under --tp the embedding and the cross-entropy are
-         vocab-parallel. --verify verifies the
+         (N = --tp). --cp N splits the sequence over a group of N ranks (context
+         parallelism, with or without --tp). Under --tp the embedding and the
+         cross-entropy are vocab-parallel. --verify verifies the
          written plan. --format 2 (the default) stores data-parallel replicas and
          microbatches once; 1 writes everything out.
          --clip-grad NORM clips the gradients to a global norm before the update.

@@ -45,12 +45,9 @@ std::string validate(const GenerateOptions& o) {
     if (o.ep > 1 && o.ep != o.tp)
         return "--ep " + std::to_string(o.ep) + ": experts are split over the tensor-parallel group (ep = tp = " + std::to_string(o.tp) +
                "); expert parallelism over other ranks is not in the generator yet";
-    if (o.cp > 1) {
-        if (o.tp > 1)
-            return "--cp " + std::to_string(o.cp) + " with --tp " + std::to_string(o.tp) +
-                   ": context parallelism together with tensor parallelism is not in the generator yet (use one of them)";
-        if (o.sequenceParallel) return "--cp with --sp: sequence parallelism belongs to tensor parallelism; context parallelism already splits the sequence";
-    }
+    if (o.cp > 1 && o.sequenceParallel)
+        return "--cp with --sp: both would split the sequence (sequence parallelism over the tensor-parallel group, context "
+               "parallelism over the cp group); use one of them";
     if (o.zero < 0 || o.zero > 3) return "--zero must be 1, 2 or 3";
     if (o.zero > 0 && o.dp < 2) return "--zero " + std::to_string(o.zero) + " needs --dp 2 or more (ZeRO splits over the data-parallel replicas)";
     if (o.schedule != "1f1b" && o.schedule != "gpipe") return "--schedule must be 1f1b or gpipe, not \"" + o.schedule + "\"";
@@ -145,10 +142,7 @@ json generatePlan(const GenerateOptions& o) {
     removeDeadOps(m, keep);
 
     ParallelConfig pc{o.dp, o.tp, o.pp, o.microbatches, o.sequenceParallel, o.schedule, o.format == 2 && o.dp > 1, o.format == 2 && o.microbatches > 1, o.zero};
-    if (o.cp > 1) {
-        pc.tp = o.cp;
-        pc.contextParallel = true;
-    }
+    pc.cp = o.cp;
     auto body = parallelize(m, pc);
 
     std::ostringstream name, desc;

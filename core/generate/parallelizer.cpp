@@ -34,11 +34,13 @@ struct AxisState {
     static AxisState dpShard(int d) { return {St::DpShard, d}; }
 };
 
+/// A tensor's placement on the three axes: lanes (data parallelism x microbatches), and within a
+/// pipeline stage the tensor-parallel (tp) and context-parallel (cp) groups.
 struct Placement {
-    AxisState lane, tp;
+    AxisState lane, tp, cp;
     Rational coeff{1};
     friend bool operator==(const Placement& a, const Placement& b) {
-        return a.lane == b.lane && a.tp == b.tp && a.coeff == b.coeff;
+        return a.lane == b.lane && a.tp == b.tp && a.cp == b.cp && a.coeff == b.coeff;
     }
 };
 
@@ -88,7 +90,7 @@ struct Version {
     int stage = 0;
     Placement pl;
     bool initial = false;
-    std::vector<std::string> inst;  ///< [laneIndex * tp + t]
+    std::vector<std::string> inst;  ///< [laneIndex * G + c * tp + t]: lane, then cp member c, then tp member t
 };
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -141,7 +143,12 @@ private:
 
     bool laneAxis() const { return L > 1; }
     bool tpAxis() const { return C.tp > 1; }
-    int rankOf(int k, int s, int t) const { return (k * C.pp + s) * C.tp + t; }
+    bool cpAxis() const { return C.cp > 1; }
+    /// The members of one stage's group: cp x tp, cp-major.
+    int G() const { return C.tp * C.cp; }
+    int member(int c, int t) const { return c * C.tp + t; }
+    /// Ranks: dp outermost, then pp, then cp, then tp (innermost).
+    int rankOf(int k, int s, int g) const { return (k * C.pp + s) * G() + g; }
     /// One instance per replica (shared by its microbatches), or one per lane.
     static bool perReplica(const Placement& p) { return p.lane.st == St::Rep || p.lane.st == St::DpShard; }
     int lanes(const Placement& p) const { return perReplica(p) ? listedDp : listedDp * listedMb; }
@@ -157,7 +164,7 @@ private:
     static std::string phaseName(Phase p) { return std::string(toString(p)); }
 
     std::string placementKey(int logical, int stage, const Placement& p) const {
-        return std::to_string(logical) + ":" + std::to_string(stage) + ":" + key(p.lane) + ":" + key(p.tp) + ":" + p.coeff.toString();
+        return std::to_string(logical) + ":" + std::to_string(stage) + ":" + key(p.lane) + ":" + key(p.tp) + ":" + key(p.cp) + ":" + p.coeff.toString();
     }
 
     Shape localShape(int logical, const Placement& p) const {
@@ -165,6 +172,7 @@ private:
         if (p.lane.st == St::Shard) s[static_cast<std::size_t>(p.lane.dim)] /= L;
         if (p.lane.st == St::DpShard) s[static_cast<std::size_t>(p.lane.dim)] /= C.dp;
         if (p.tp.st == St::Shard) s[static_cast<std::size_t>(p.tp.dim)] /= C.tp;
+        if (p.cp.st == St::Shard) s[static_cast<std::size_t>(p.cp.dim)] /= C.cp;
         return s;
     }
 
@@ -194,8 +202,8 @@ private:
         const auto shape = localShape(logical, p);
         const auto& t = lt(logical);
         for (int l = 0; l < lanes(p); ++l)
-            for (int tpi = 0; tpi < C.tp; ++tpi) {
-                int rank = rankOf(laneK(p, l), stage, tpi);
+            for (int g = 0; g < G(); ++g) {
+                int rank = rankOf(laneK(p, l), stage, g);
                 int m = laneM(p, l);
                 auto name = tensorName(base + instanceSuffix(m, rank));
                 json j{{"id", name}, {"shape", shape}, {"role", std::string(toString(t.role))}, {"rank", rank}};
@@ -236,9 +244,9 @@ private:
         Placement p;
         if (isData[static_cast<std::size_t>(t)] && laneAxis()) p.lane = AxisState::shard(M.batchDim);
         int d = M.placement[static_cast<std::size_t>(t)].tpShardDim;
-        if (d >= 0 && tpAxis() && !C.contextParallel) p.tp = AxisState::shard(d);
-        // Context parallelism: the data loader gives each member its part of the sequence.
-        if (C.contextParallel && isData[static_cast<std::size_t>(t)] && M.seqDim >= 0) p.tp = AxisState::shard(M.seqDim);
+        if (d >= 0 && tpAxis()) p.tp = AxisState::shard(d);
+        // Context parallelism: the data loader gives each cp member its part of the sequence.
+        if (cpAxis() && isData[static_cast<std::size_t>(t)] && M.seqDim >= 0) p.cp = AxisState::shard(M.seqDim);
         // ZeRO: optimizer state (and with ZeRO-3 the weights too) is split over the replicas.
         const auto role = lt(t).role;
         if (int z = zeroDim(t); z >= 0 && (role == Role::OptimizerState || (C.zero == 3 && role == Role::Weight)))
@@ -267,10 +275,10 @@ private:
         int nv = newVersion(src.logical, stage, src.pl, base);
         const auto& dst = versions[static_cast<std::size_t>(nv)];
         for (int l = 0; l < lanes(src.pl); ++l)
-            for (int t = 0; t < C.tp; ++t) {
+            for (int g = 0; g < G(); ++g) {
                 int kk = laneK(src.pl, l), m = laneM(src.pl, l);
-                int from = rankOf(kk, src.stage, t), to = rankOf(kk, stage, t);
-                auto i = static_cast<std::size_t>(l * C.tp + t);
+                int from = rankOf(kk, src.stage, g), to = rankOf(kk, stage, g);
+                auto i = static_cast<std::size_t>(l * G() + g);
                 emitCollective(lt(src.logical).name + ".send" + instanceSuffix(m, to), "send_recv", {from, to}, m, src.logical, {src.inst[i]},
                                {dst.inst[i]}, json::object());
             }
@@ -294,14 +302,14 @@ private:
         if (auto it = cache.find(k); it != cache.end()) return it->second;
         const auto& name = lt(src.logical).name;
         // acc[k][t]: the sum over this replica's microbatches.
-        std::vector<std::vector<std::string>> acc(static_cast<std::size_t>(listedDp), std::vector<std::string>(static_cast<std::size_t>(C.tp)));
+        std::vector<std::vector<std::string>> acc(static_cast<std::size_t>(listedDp), std::vector<std::string>(static_cast<std::size_t>(G())));
         Placement whole = p;
         whole.lane = AxisState::rep();
         const auto shape = localShape(src.logical, whole);
         for (int kk = 0; kk < listedDp; ++kk)
-            for (int t = 0; t < C.tp; ++t) {
+            for (int t = 0; t < G(); ++t) {
                 int rank = rankOf(kk, src.stage, t);
-                std::string cur = src.inst[static_cast<std::size_t>((kk * listedMb) * C.tp + t)];
+                std::string cur = src.inst[static_cast<std::size_t>((kk * listedMb) * G() + t)];
                 if (compactMicrobatches()) {
                     // Stored once: one accumulation that stands for the sum over the microbatches.
                     auto out = tensorName(name + ".accum@r" + std::to_string(rank));
@@ -314,7 +322,7 @@ private:
                     auto out = tensorName(name + ".accum" + std::to_string(m) + "@r" + std::to_string(rank));
                     ptensors.push_back(json{{"id", out}, {"shape", shape}, {"role", std::string(toString(lt(src.logical).role))}, {"rank", rank}});
                     emitLocal(name + ".accumulate" + std::to_string(m) + "@r" + std::to_string(rank), "add", rank, -1, Phase::Backward,
-                              {cur, src.inst[static_cast<std::size_t>((kk * listedMb + m) * C.tp + t)]}, {out}, json::object());
+                              {cur, src.inst[static_cast<std::size_t>((kk * listedMb + m) * G() + t)]}, {out}, json::object());
                     cur = out;
                 }
                 acc[static_cast<std::size_t>(kk)][static_cast<std::size_t>(t)] = cur;
@@ -325,7 +333,7 @@ private:
             v.logical = src.logical;
             v.stage = src.stage;
             v.pl = p;
-            for (int t = 0; t < C.tp; ++t) v.inst.push_back(acc[0][static_cast<std::size_t>(t)]);
+            for (int t = 0; t < G(); ++t) v.inst.push_back(acc[0][static_cast<std::size_t>(t)]);
             versions.push_back(std::move(v));
             int id = static_cast<int>(versions.size()) - 1;
             cache[k] = id;
@@ -333,13 +341,13 @@ private:
         }
         const bool scatter = to.st == St::DpShard;
         int nv = newVersion(src.logical, src.stage, p, name + (scatter ? ".dp_scattered" : ".dp_reduced"));
-        for (int t = 0; t < C.tp; ++t) {
+        for (int t = 0; t < G(); ++t) {
             std::vector<int> group;
             std::vector<std::string> ins, outs;
             for (int kk = 0; kk < listedDp; ++kk) {
                 group.push_back(rankOf(kk, src.stage, t));
                 ins.push_back(acc[static_cast<std::size_t>(kk)][static_cast<std::size_t>(t)]);
-                outs.push_back(versions[static_cast<std::size_t>(nv)].inst[static_cast<std::size_t>(kk * C.tp + t)]);
+                outs.push_back(versions[static_cast<std::size_t>(nv)].inst[static_cast<std::size_t>(kk * G() + t)]);
             }
             // Stored with replicas, the reducer lists replica 0's part of a group that spans them all.
             json extra = compact() ? json{{"across_replicas", true}} : json::object();
@@ -363,9 +371,9 @@ private:
         const auto& name = lt(src.logical).name;
         int nv = newVersion(src.logical, src.stage, p, name + ".dp_part");
         for (int kk = 0; kk < listedDp; ++kk)
-            for (int t = 0; t < C.tp; ++t) {
+            for (int t = 0; t < G(); ++t) {
                 int rank = rankOf(kk, src.stage, t);
-                auto i = static_cast<std::size_t>(kk * C.tp + t);
+                auto i = static_cast<std::size_t>(kk * G() + t);
                 json extra = compact() ? json{{"index_from_replica", true}} : json::object();
                 emitLocal(name + ".dp_chunk@r" + std::to_string(rank), "chunk", rank, -1, phaseOf(src.logical), {src.inst[i]},
                           {versions[static_cast<std::size_t>(nv)].inst[i]}, json{{"dim", dim}, {"parts", C.dp}, {"index", kk}}, extra);
@@ -382,13 +390,13 @@ private:
         if (auto it = cache.find(k); it != cache.end()) return it->second;
         const auto& name = lt(src.logical).name;
         int nv = newVersion(src.logical, src.stage, p, name + ".dp_gathered");
-        for (int t = 0; t < C.tp; ++t) {
+        for (int t = 0; t < G(); ++t) {
             std::vector<int> group;
             std::vector<std::string> ins, outs;
             for (int kk = 0; kk < listedDp; ++kk) {
                 group.push_back(rankOf(kk, src.stage, t));
-                ins.push_back(src.inst[static_cast<std::size_t>(kk * C.tp + t)]);
-                outs.push_back(versions[static_cast<std::size_t>(nv)].inst[static_cast<std::size_t>(kk * C.tp + t)]);
+                ins.push_back(src.inst[static_cast<std::size_t>(kk * G() + t)]);
+                outs.push_back(versions[static_cast<std::size_t>(nv)].inst[static_cast<std::size_t>(kk * G() + t)]);
             }
             json extra = compact() ? json{{"across_replicas", true}} : json::object();
             emitCollective(name + ".dp_all_gather@r" + std::to_string(group[0]), "all_gather", group, -1, src.logical, ins, outs,
@@ -422,18 +430,22 @@ private:
     }
 
     /// Changes the tp placement of a version (on its stage), with the collective or local op it takes.
-    int tpConvert(int vi, AxisState to) {
+    int tpConvert(int vi, AxisState to) { return groupConvert(vi, false, to); }
+    /// The same on the cp axis.
+    int cpConvert(int vi, AxisState to) { return groupConvert(vi, true, to); }
+    int groupConvert(int vi, bool cpAx, AxisState to) {
         const Version src = versions[static_cast<std::size_t>(vi)];
-        const auto from = src.pl.tp;
+        const auto from = cpAx ? src.pl.cp : src.pl.tp;
         if (from == to) return vi;
 
         if (to.st == St::Partial)
             throw std::logic_error("generator: cannot turn " + lt(src.logical).name + " into a partial sum");
         Placement p = src.pl;
-        p.tp = to;
+        (cpAx ? p.cp : p.tp) = to;
         auto k = placementKey(src.logical, src.stage, p);
         if (auto it = cache.find(k); it != cache.end()) return it->second;
-        const auto& name = lt(src.logical).name;
+        const auto& name = lt(src.logical).name + (cpAx && tpAxis() ? ".cp" : "");
+        const int n = cpAx ? C.cp : C.tp, others = cpAx ? C.tp : C.cp;
         std::string what = from.st == St::Rep                               ? ".chunk"
                            : from.st == St::Shard && to.st == St::Shard ? ".resplit"
                            : from.st == St::Shard                       ? ".gathered"
@@ -441,20 +453,22 @@ private:
                                                                         : ".scattered";
         int nv = newVersion(src.logical, src.stage, p, name + what);
         const auto& dst = versions[static_cast<std::size_t>(nv)];
-        for (int l = 0; l < lanes(p); ++l) {
+        for (int l = 0; l < lanes(p); ++l)
+          for (int o = 0; o < others; ++o) {
             int kk = laneK(p, l), m = laneM(p, l);
             std::vector<int> group;
             std::vector<std::string> ins, outs;
-            for (int t = 0; t < C.tp; ++t) {
-                group.push_back(rankOf(kk, src.stage, t));
-                ins.push_back(src.inst[static_cast<std::size_t>(l * C.tp + t)]);
-                outs.push_back(dst.inst[static_cast<std::size_t>(l * C.tp + t)]);
+            for (int j = 0; j < n; ++j) {
+                const int g = cpAx ? member(j, o) : member(o, j);
+                group.push_back(rankOf(kk, src.stage, g));
+                ins.push_back(src.inst[static_cast<std::size_t>(l * G() + g)]);
+                outs.push_back(dst.inst[static_cast<std::size_t>(l * G() + g)]);
             }
             if (from.st == St::Rep) {
-                for (int t = 0; t < C.tp; ++t)
+                for (int t = 0; t < n; ++t)
                     emitLocal(name + ".chunk" + instanceSuffix(m, group[static_cast<std::size_t>(t)]), "chunk",
                               group[static_cast<std::size_t>(t)], m, phaseOf(src.logical), {ins[static_cast<std::size_t>(t)]},
-                              {outs[static_cast<std::size_t>(t)]}, json{{"dim", to.dim}, {"parts", C.tp}, {"index", t}});
+                              {outs[static_cast<std::size_t>(t)]}, json{{"dim", to.dim}, {"parts", n}, {"index", t}});
             } else if (from.st == St::Shard && to.st == St::Shard) {
                 // Split along another dim: each member sends every other member the part of its
                 // piece that member keeps (an all-to-all; the MoE dispatch of tokens split along
@@ -487,24 +501,27 @@ private:
         int nv = newVersion(src.logical, src.stage, p, name + ".scaled");
         const auto factor = src.pl.coeff / to;
         for (int l = 0; l < lanes(p); ++l)
-            for (int t = 0; t < C.tp; ++t) {
+            for (int t = 0; t < G(); ++t) {
                 int rank = rankOf(laneK(p, l), src.stage, t);
-                auto i = static_cast<std::size_t>(l * C.tp + t);
+                auto i = static_cast<std::size_t>(l * G() + t);
                 emitLocal(name + ".scale" + instanceSuffix(laneM(p, l), rank), "mul_scalar", rank, laneM(p, l), phaseOf(src.logical),
                           {src.inst[i]}, {versions[static_cast<std::size_t>(nv)].inst[i]}, json{{"value", factor.toString()}});
             }
         return nv;
     }
 
-    int convert(int vi, AxisState lane, AxisState tp) {
+    int convert(int vi, AxisState lane, AxisState tp, AxisState cp) {
         const Placement cur = versions[static_cast<std::size_t>(vi)].pl;
-        // ZeRO would split a tensor along the dim the group already splits it on (a gradient of a
-        // position table under context parallelism): settle the group axis first.
-        if (lane.st == St::DpShard && cur.tp.st == St::Shard && cur.tp.dim == lane.dim && !(tp == cur.tp)) {
+        // ZeRO would split a tensor along the dim a group already splits it on (a gradient of a
+        // position table under context parallelism): settle the group axes first.
+        auto clash = [&](const AxisState& now, const AxisState& want) {
+            return lane.st == St::DpShard && now.st == St::Shard && now.dim == lane.dim && !(want == now);
+        };
+        if (clash(cur.tp, tp) || clash(cur.cp, cp)) {
             int v = cur.lane.st == St::Rep ? vi : convertLane(vi, AxisState::rep());
-            return convertLane(tpConvert(v, tp), lane);
+            return convertLane(cpConvert(tpConvert(v, tp), cp), lane);
         }
-        return tpConvert(convertLane(vi, lane), tp);
+        return cpConvert(tpConvert(convertLane(vi, lane), tp), cp);
     }
 
     static double tpCost(const AxisState& from, const AxisState& to, bool weight) {
@@ -512,7 +529,9 @@ private:
         if (to.st == St::Partial) return kInf;
         if (from.st == St::Rep) return 1;
         if (from.st == St::Shard && to.st == St::Rep) return weight ? 15 : 10;
-        if (from.st == St::Shard) return weight ? 16 : 8;  // to another split: one all-to-all
+        // To another split: one all-to-all. Priced as the all-gather it replaces (the costs do not
+        // know tensor sizes, and an attention's scores outweigh its values).
+        if (from.st == St::Shard) return weight ? 16 : 11;
         return 10;  // partial -> replicated or sharded
     }
 
@@ -548,7 +567,7 @@ private:
     std::map<std::string, SoftmaxParts> vocabSoftmax;
     /// Megatron's vocab-parallel cross-entropy (forward or backward) of lane `lane`, on every tp
     /// rank of the group: `in` are the op's input versions, `outV` its output versions.
-    void vocabParallelCrossEntropy(const LOp& op, int lane, int stage, const std::vector<int>& in, const std::vector<int>& outV);
+    void vocabParallelCrossEntropy(const LOp& op, int lane, int cpMember, int stage, const std::vector<int>& in, const std::vector<int>& outV);
 
     void processOp(int opIndex);
     void computeDesired();
@@ -565,7 +584,7 @@ void Parallelizer::computeDesired() {
         if (o.dead || (o.kind != "adamw" && o.kind != "sgd")) continue;
         int w = o.inputs[0], g = o.inputs[1];
         int d = M.placement[static_cast<std::size_t>(w)].tpShardDim;
-        if (d < 0 || !tpAxis() || C.contextParallel) continue;
+        if (d < 0 || !tpAxis()) continue;
         std::vector<int> work{g};
         while (!work.empty()) {
             int t = work.back();
@@ -669,24 +688,25 @@ void Parallelizer::processOp(int opIndex) {
         }
     }
 
-    // ---- the tp axis: the placement with the least communication.
-    std::vector<AxisState> tpIn(nin, AxisState::rep()), tpOut(nout, AxisState::rep());
-    bool tpMean = false, tpVocab = false;
-    if (tpAxis()) {
-        struct Candidate {
-            std::vector<AxisState> in, out;
-            bool mean = false;
-            bool vocab = false;  ///< a vocabulary-parallel embedding or cross-entropy
-            double cost = 0;
-        };
+    // ---- the group axes (cp, then tp): the placement with the least communication.
+    struct Candidate {
+        std::vector<AxisState> in, out;
+        bool mean = false;
+        bool vocab = false;  ///< a vocabulary-parallel embedding or cross-entropy
+        double cost = 0;
+        int label = -1;      ///< the dim label it splits along (-1: none)
+    };
+    auto choose = [&](bool cpAx, int excluded) -> Candidate {
+        const int n = cpAx ? C.cp : C.tp;
+        auto now = [&](std::size_t i) -> const AxisState& { return cpAx ? cur(i).cp : cur(i).tp; };
         std::vector<Candidate> cands;
         auto finish = [&](Candidate c) {
             for (std::size_t i = 0; i < nin; ++i) {
                 bool w = lt(op.inputs[i]).role == Role::Weight || lt(op.inputs[i]).role == Role::OptimizerState;
                 if (lt(op.inputs[i]).dtype == DType::Int && c.in[i].st == St::Partial) return;
-                c.cost += tpCost(cur(i).tp, c.in[i], w);
+                c.cost += tpCost(now(i), c.in[i], w);
             }
-            for (std::size_t j = 0; j < nout; ++j) {
+            for (std::size_t j = 0; j < nout && !cpAx; ++j) {
                 const auto& want = desired[static_cast<std::size_t>(op.outputs[j])];
                 // An output not split as it should end up: resharded later. For an embedding's
                 // gradient that means every rank holding (a partial sum of) the whole table's
@@ -699,7 +719,7 @@ void Parallelizer::processOp(int opIndex) {
         // Partial sums flow through linear ops.
         std::vector<std::size_t> partials;
         for (std::size_t i = 0; i < nin; ++i)
-            if (cur(i).tp.st == St::Partial) partials.push_back(i);
+            if (now(i).st == St::Partial) partials.push_back(i);
         if (!partials.empty() && lin.kind == Lin::Additive) {
             Candidate c;
             for (std::size_t i = 0; i < nin; ++i) c.in.push_back(lin.linear[i] ? AxisState::partial() : AxisState::rep());
@@ -714,15 +734,16 @@ void Parallelizer::processOp(int opIndex) {
                     c.out.assign(nout, AxisState::partial());
                     finish(c);
                 }
-        // Megatron's vocabulary parallelism: an embedding whose table is split along the vocabulary
-        // looks up its own rows (a partial sum over the group), its gradient lands in the table's
-        // parts, and the cross-entropy of logits split along the classes is computed on the parts
-        // (the maximum, the sum of exponentials and the label's logit reduced over the group).
-        if (const auto vocab = vocabAxis(op); vocab.input >= 0) {
+        // Megatron's vocabulary parallelism (tp): an embedding whose table is split along the
+        // vocabulary looks up its own rows (a partial sum over the group), its gradient lands in
+        // the table's parts, and the cross-entropy of logits split along the classes is computed
+        // on the parts (the maximum, the sum of exponentials and the label's logit reduced over
+        // the group).
+        if (const auto vocab = vocabAxis(op); vocab.input >= 0 && !cpAx) {
             const int vd = vocab.dim;
-            const bool inputSplit = op.kind != "embedding_backward" && cur(static_cast<std::size_t>(vocab.input)).tp == AxisState::shard(vd);
+            const bool inputSplit = op.kind != "embedding_backward" && now(static_cast<std::size_t>(vocab.input)) == AxisState::shard(vd);
             const bool outputWanted = op.kind == "embedding_backward" && desired[static_cast<std::size_t>(op.outputs[0])] == AxisState::shard(0);
-            if ((inputSplit || outputWanted) && vocab.size % C.tp == 0) {
+            if ((inputSplit || outputWanted) && vocab.size % n == 0) {
                 Candidate c;
                 c.vocab = true;
                 c.in.assign(nin, AxisState::rep());
@@ -736,21 +757,21 @@ void Parallelizer::processOp(int opIndex) {
         // Splits along a dim some input is split on, or some output should end up split on.
         std::vector<int> labels;
         for (std::size_t i = 0; i < nin; ++i)
-            if (cur(i).tp.st == St::Shard) labels.push_back(labelOf(dims.in[i], cur(i).tp.dim));
-        for (std::size_t j = 0; j < nout; ++j)
+            if (now(i).st == St::Shard) labels.push_back(labelOf(dims.in[i], now(i).dim));
+        for (std::size_t j = 0; j < nout && !cpAx; ++j)
             if (desired[static_cast<std::size_t>(op.outputs[j])].st == St::Shard)
                 labels.push_back(labelOf(dims.out[j], desired[static_cast<std::size_t>(op.outputs[j])].dim));
         std::sort(labels.begin(), labels.end());
         labels.erase(std::unique(labels.begin(), labels.end()), labels.end());
         // Context parallelism keeps every weight whole: the optimizer updates it replicated (a
         // gradient split along the sequence, such as a position embedding's, is gathered first).
-        const bool wholeUpdate = C.contextParallel && (op.kind == "adamw" || op.kind == "sgd");
-        if (wholeUpdate) labels.clear();
+        if (cpAx && (op.kind == "adamw" || op.kind == "sgd")) labels.clear();
         for (int l : labels) {
-            if (l < 0 || l == laneLabel) continue;
+            if (l < 0 || l == laneLabel || l == excluded) continue;
             const auto& lab = dims.labels[static_cast<std::size_t>(l)];
-            if (lab.noShard || lab.size % C.tp != 0) continue;
+            if (lab.noShard || lab.size % n != 0) continue;
             Candidate c;
+            c.label = l;
             bool ok = true;
             for (std::size_t i = 0; i < nin; ++i) {
                 int d = dimOf(dims.in[i], l);
@@ -771,19 +792,28 @@ void Parallelizer::processOp(int opIndex) {
             c.out.assign(nout, AxisState::rep());
             finish(c);
         }
-        if (cands.empty()) throw std::logic_error("generator: no tensor-parallel placement for op " + op.name);
+        if (cands.empty())
+            throw std::logic_error(std::string("generator: no ") + (cpAx ? "context" : "tensor") + "-parallel placement for op " + op.name);
         const Candidate* best = &cands[0];
         for (const auto& c : cands)
             if (c.cost < best->cost) best = &c;
-        tpIn = best->in;
-        tpOut = best->out;
-        tpMean = best->mean;
-        tpVocab = best->vocab;
-    }
+        return *best;
+    };
+    Candidate cpPick, tpPick;
+    cpPick.in.assign(nin, AxisState::rep());
+    cpPick.out.assign(nout, AxisState::rep());
+    tpPick = cpPick;
+    if (cpAxis()) cpPick = choose(true, -1);
+    if (tpAxis()) tpPick = choose(false, cpPick.label);
+    const auto& tpIn = tpPick.in;
+    const auto& tpOut = tpPick.out;
+    const bool tpMean = tpPick.mean, tpVocab = tpPick.vocab;
+    const auto& cpIn = cpPick.in;
+    const auto& cpOut = cpPick.out;
 
     // ---- convert the inputs, then fix coefficients by linearity.
     std::vector<int> in(nin);
-    for (std::size_t i = 0; i < nin; ++i) in[i] = convert(src[i], laneIn[i], tpIn[i]);
+    for (std::size_t i = 0; i < nin; ++i) in[i] = convert(src[i], laneIn[i], tpIn[i], cpIn[i]);
     auto coeffOf = [&](std::size_t i) { return versions[static_cast<std::size_t>(in[i])].pl.coeff; };
     Rational outCoeff(1);
     if (lin.kind == Lin::Additive) {
@@ -807,33 +837,35 @@ void Parallelizer::processOp(int opIndex) {
     }
     if (laneMean) outCoeff = outCoeff / Rational(L);
     if (tpMean) outCoeff = outCoeff / Rational(C.tp);
+    if (cpPick.mean) outCoeff = outCoeff / Rational(C.cp);
 
     // ---- emit one local op per lane and tp rank.
     std::vector<int> outV(nout);
     for (std::size_t j = 0; j < nout; ++j) {
-        Placement p{laneOut[j], tpOut[j], outCoeff};
+        Placement p{laneOut[j], tpOut[j], cpOut[j], outCoeff};
         outV[j] = newVersion(op.outputs[j], stage, p, lt(op.outputs[j]).name);
     }
-    Placement opPl{nout ? laneOut[0] : AxisState::rep(), AxisState::rep(), Rational(1)};
+    Placement opPl{nout ? laneOut[0] : AxisState::rep(), AxisState::rep(), AxisState::rep(), Rational(1)};
     for (std::size_t j = 0; j < nout; ++j)
         if (laneOut[j].st != St::Rep) opPl.lane = laneOut[j];
     for (int l = 0; l < lanes(opPl); ++l)
-        for (int t = 0; t < C.tp; ++t) {
+        for (int g = 0; g < G(); ++g) {
+            const int t = g % C.tp, c = g / C.tp;
             int kk = laneK(opPl, l), m = laneM(opPl, l);
-            int rank = rankOf(kk, stage, t);
+            int rank = rankOf(kk, stage, g);
             std::vector<std::string> ins, outs;
             for (std::size_t i = 0; i < nin; ++i) {
                 const auto& v = versions[static_cast<std::size_t>(in[i])];
                 int li = perReplica(v.pl) ? kk : l;
-                ins.push_back(v.inst[static_cast<std::size_t>(li * C.tp + t)]);
+                ins.push_back(v.inst[static_cast<std::size_t>(li * G() + g)]);
             }
             for (std::size_t j = 0; j < nout; ++j) {
                 const auto& v = versions[static_cast<std::size_t>(outV[j])];
                 int li = perReplica(v.pl) ? kk : l;
-                outs.push_back(v.inst[static_cast<std::size_t>(li * C.tp + t)]);
+                outs.push_back(v.inst[static_cast<std::size_t>(li * G() + g)]);
             }
             if (tpVocab && (op.kind == "cross_entropy" || op.kind == "cross_entropy_backward")) {
-                if (t == 0) vocabParallelCrossEntropy(op, l, stage, in, outV);  // the whole group at once
+                if (t == 0) vocabParallelCrossEntropy(op, l, c, stage, in, outV);  // the whole tp group at once
                 continue;
             }
             json attrs = op.attrs;
@@ -851,7 +883,8 @@ void Parallelizer::processOp(int opIndex) {
             produced[static_cast<std::size_t>(op.outputs[j])] = tpConvert(outV[j], AxisState::shard(M.seqDim));
 }
 
-void Parallelizer::vocabParallelCrossEntropy(const LOp& op, int lane, int stage, const std::vector<int>& in, const std::vector<int>& outV) {
+void Parallelizer::vocabParallelCrossEntropy(const LOp& op, int lane, int cpMember, int stage, const std::vector<int>& in,
+                                             const std::vector<int>& outV) {
     const bool backward = op.kind == "cross_entropy_backward";
     const int T = C.tp;
     const auto& x0 = versions[static_cast<std::size_t>(in[0])];
@@ -859,10 +892,10 @@ void Parallelizer::vocabParallelCrossEntropy(const LOp& op, int lane, int stage,
     auto inst = [&](int vi, int t) {
         const auto& v = versions[static_cast<std::size_t>(vi)];
         const int li = perReplica(v.pl) ? kk : lane;
-        return v.inst[static_cast<std::size_t>(li * T + t)];
+        return v.inst[static_cast<std::size_t>(li * G() + member(cpMember, t))];
     };
     std::vector<int> group;
-    for (int t = 0; t < T; ++t) group.push_back(rankOf(kk, stage, t));
+    for (int t = 0; t < T; ++t) group.push_back(rankOf(kk, stage, member(cpMember, t)));
     const Shape xs = localShape(op.inputs[0], x0.pl);  // [tokens.., classes / tp]
     const Shape lead(xs.begin(), xs.end() - 1);
     Shape lead1 = lead;
@@ -895,7 +928,7 @@ void Parallelizer::vocabParallelCrossEntropy(const LOp& op, int lane, int stage,
     };
     auto x = [&](int t) { return inst(in[0], t); };
     auto y = [&](int t) { return inst(in[1], t); };
-    const auto key = std::to_string(in[0]) + ":" + std::to_string(lane);
+    const auto key = std::to_string(in[0]) + ":" + std::to_string(lane) + ":" + std::to_string(cpMember);
 
     // exp(x - max) on each part, with the maximum and the sum of exponentials over the whole vocabulary.
     std::vector<std::string> shifted, exps, total;
@@ -968,8 +1001,10 @@ json Parallelizer::lineage() const {
         const auto& full = lt(v0.logical).shape;
         const int laneSlices = p.lane.st == St::Shard ? listedDp * listedMb : p.lane.st == St::DpShard ? listedDp : 1;
         const int tpSlices = p.tp.st == St::Shard ? C.tp : 1;
+        const int cpSlices = p.cp.st == St::Shard ? C.cp : 1;
         json slices = json::array();
         for (int ls = 0; ls < laneSlices; ++ls)
+          for (int cs = 0; cs < cpSlices; ++cs)
             for (int ts = 0; ts < tpSlices; ++ts) {
                 json box = json::array();
                 for (std::size_t d = 0; d < full.size(); ++d) {
@@ -986,6 +1021,10 @@ json Parallelizer::lineage() const {
                         lo = full[d] / C.tp * ts;
                         hi = lo + full[d] / C.tp;
                     }
+                    if (p.cp.st == St::Shard && p.cp.dim == static_cast<int>(d)) {
+                        lo = full[d] / C.cp * cs;
+                        hi = lo + full[d] / C.cp;
+                    }
                     box.push_back({lo, hi});
                 }
                 // Which (lane, t) instances make copies (replicated axes) and which are summed (partial axes).
@@ -998,15 +1037,22 @@ json Parallelizer::lineage() const {
                 else if (p.tp.st == St::Rep) for (int t = 0; t < C.tp; ++t) copyTp.push_back(t);
                 if (p.tp.st == St::Partial) { copyTp = {-1}; for (int t = 0; t < C.tp; ++t) termTp.push_back(t); }
                 else termTp = {-1};
+                std::vector<int> copyCp, termCp;
+                if (p.cp.st == St::Shard) copyCp = {cs};
+                else if (p.cp.st == St::Rep) for (int c = 0; c < C.cp; ++c) copyCp.push_back(c);
+                if (p.cp.st == St::Partial) { copyCp = {-1}; for (int c = 0; c < C.cp; ++c) termCp.push_back(c); }
+                else termCp = {-1};
                 json copies = json::array();
                 for (const auto* v : group)
                     for (int cl : copyLanes)
+                      for (int cc : copyCp)
                         for (int ct : copyTp) {
                             json terms = json::array();
                             for (int tl : termLanes)
+                              for (int tc : termCp)
                                 for (int tt : termTp) {
-                                    int l = cl >= 0 ? cl : tl, t = ct >= 0 ? ct : tt;
-                                    const auto& name = v->inst[static_cast<std::size_t>(l * C.tp + t)];
+                                    int l = cl >= 0 ? cl : tl, t = ct >= 0 ? ct : tt, c = cc >= 0 ? cc : tc;
+                                    const auto& name = v->inst[static_cast<std::size_t>(l * G() + member(c, t))];
                                     if (p.coeff == Rational(1))
                                         terms.push_back(name);
                                     else
@@ -1071,19 +1117,22 @@ json Parallelizer::run() {
     orderBySchedule();
     json par{{"mesh", json::object()}, {"microbatches", C.microbatches}, {"tensors", ptensors}, {"ops", pops}};
     if (C.dp > 1) par["mesh"]["dp"] = C.dp;
-    if (C.tp > 1) par["mesh"][C.contextParallel ? "cp" : "tp"] = C.tp;
+    if (C.tp > 1) par["mesh"]["tp"] = C.tp;
+    if (C.cp > 1) par["mesh"]["cp"] = C.cp;
     if (C.pp > 1) par["mesh"]["pp"] = C.pp;
-    if (C.contextParallel) {
-        // A mesh with cp lists its ranks: dp outermost, then pp, then cp (as rankOf numbers them).
+    if (C.cp > 1) {
+        // A mesh with cp lists its ranks: dp outermost, then pp, then cp, then tp (as rankOf numbers them).
         json ranks = json::array();
         for (int k = 0; k < C.dp; ++k)
             for (int s = 0; s < C.pp; ++s)
-                for (int c = 0; c < C.tp; ++c) {
-                    json r{{"rank", ranks.size()}, {"cp", c}};
-                    if (C.dp > 1) r["dp"] = k;
-                    if (C.pp > 1) r["pp"] = s;
-                    ranks.push_back(std::move(r));
-                }
+                for (int c = 0; c < C.cp; ++c)
+                    for (int t = 0; t < C.tp; ++t) {
+                        json r{{"rank", ranks.size()}, {"cp", c}};
+                        if (C.dp > 1) r["dp"] = k;
+                        if (C.pp > 1) r["pp"] = s;
+                        if (C.tp > 1) r["tp"] = t;
+                        ranks.push_back(std::move(r));
+                    }
         par["ranks"] = std::move(ranks);
     }
     if (compact()) par["replicas"] = json{{"axis", "dp"}};
@@ -1106,7 +1155,7 @@ void Parallelizer::orderBySchedule() {
         if (i < nm - warm) return warm + 2 * i + 1;
         return warm + 2 * (nm - warm) + (i - (nm - warm));
     };
-    auto stageOfRank = [&](int rank) { return (rank / C.tp) % C.pp; };
+    auto stageOfRank = [&](int rank) { return (rank / G()) % C.pp; };
     std::vector<std::pair<std::int64_t, std::size_t>> keys;
     for (std::size_t i = 0; i < pops.size(); ++i) {
         const auto& o = pops[i];

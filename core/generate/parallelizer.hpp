@@ -36,13 +36,12 @@ struct ParallelConfig {
     /// updates its part, weights all-gathered); 2 also reduce-scatters the gradients; 3 also keeps
     /// the weights split, all-gathering them where they are used.
     int zero = 0;
-    /// Context parallelism: the intra-stage group (the `tp` axis of this config, of size `tp`)
-    /// splits the sequence instead of the weights. Weights stay whole on every member; data
-    /// (token ids, labels) is split along the sequence and every activation follows it; attention
+    /// Context parallelism: a second group within each pipeline stage (ranks: dp, pp, cp, tp,
+    /// tp innermost) that splits the sequence. Weights stay whole on its members; data (token
+    /// ids, labels) is split along the sequence and every activation follows it; attention
     /// all-gathers K and V (as Llama 3's training did), and contractions over the sequence (the
-    /// weight gradients, the mean loss) become partial sums reduced over the group. The mesh
-    /// names the axis cp.
-    bool contextParallel = false;
+    /// weight gradients, the mean loss) become partial sums reduced over the cp group.
+    int cp = 1;
 };
 
 /// Returns the "logical", "parallel" and "lineage" members of a plan file (format version 1, or
