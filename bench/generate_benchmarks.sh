@@ -21,6 +21,7 @@ configs=(
   "deepseek-v3 --dp 32 --tp 8 --pp 8 --microbatches 16 --ep 8"
   "llama3-8b --dp 2 --cp 2 --pp 2 --microbatches 2"
   "llama3-70b --dp 16 --cp 8 --pp 4 --microbatches 32"
+  "llama3-70b --dp 16 --tp 8 --cp 2 --pp 4 --microbatches 32"
 )
 echo "| configuration | generate s | file MB | parallel ops stored | written out | stages | unique | tying lanes | verdict | verify s (wall) | of which load s | peak MiB |"
 echo "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|"
