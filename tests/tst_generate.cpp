@@ -306,6 +306,45 @@ private slots:
         QVERIFY(verifyPlan(*res.plan).verdict == Verdict::Equivalent);
     }
 
+    // Bugs in a context-parallel plan are caught where they are: K gathered over the cp group in
+    // the wrong member order, or the parts of a weight gradient over the sequence averaged
+    // (as a data-parallel reducer would) instead of added.
+    void contextParallelBugsAreCaught_data() {
+        QTest::addColumn<QString>("mutation");
+        QTest::newRow("K gathered in the wrong order") << "swap gather";
+        QTest::newRow("weight gradient averaged over the cp group") << "drop term";
+    }
+    void contextParallelBugsAreCaught() {
+        QFETCH(QString, mutation);
+        auto doc = gen::generatePlan(with(small("llama3"), [](Options& o) { o.cp = 2; o.tp = 2; }));
+        std::string mutated;
+        for (auto& op : doc["parallel"]["ops"]) {
+            const std::string id = op["id"];
+            if (mutation == "swap gather" && op["op"] == "all_gather" && id.find("layers.1.attention.k_heads") != std::string::npos) {
+                // the process group listed in the other order: rank 2's chunk comes first
+                std::swap(op["group"][0], op["group"][1]);
+                std::swap(op["inputs"][0], op["inputs"][1]);
+                std::swap(op["outputs"][0], op["outputs"][1]);
+                mutated = id;
+                break;
+            }
+            if (mutation == "drop term" && op["op"] == "all_reduce" && id.find("bw.layers.0.feed_forward.w2.matmul") != std::string::npos &&
+                id.find(".cp.") != std::string::npos) {
+                // the sequence's parts of the gradient averaged instead of added
+                op["attrs"]["reduce"] = "mean";
+                mutated = id;
+                break;
+            }
+        }
+        QVERIFY2(!mutated.empty(), "nothing to mutate");
+        auto res = readPlanJson(doc);
+        QVERIFY(res.ok());
+        auto rep = verifyPlan(*res.plan);
+        QVERIFY2(rep.verdict == Verdict::NotEquivalent, reportToText(rep).c_str());
+        QVERIFY(rep.failure);
+        QCOMPARE(QString::fromStdString(rep.failure->parallelOp), QString::fromStdString(mutated));
+    }
+
     // Context and tensor parallelism together: ranks are dp, pp, cp, tp (tp innermost); K and V
     // are all-gathered over the cp group (two ranks tp apart), the tensor-parallel all-reduces
     // stay within a tp group (adjacent ranks), and the weights are split over tp only.
