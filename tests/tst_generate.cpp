@@ -258,6 +258,42 @@ private slots:
         QVERIFY(verifyPlan(*res.plan).verdict == Verdict::Equivalent);
     }
 
+    // DeepSeek-V3's auxiliary-loss-free balancing: the experts are chosen by the scores plus a
+    // per-expert bias and weighted by the scores alone. A parallel plan that routes by the scores
+    // without the bias is caught at its routing op.
+    void routingBiasChoosesButDoesNotWeight() {
+        auto doc = gen::generatePlan(with(small("deepseek"), [](Options& o) { o.tp = 2; o.ep = 2; }));
+        std::map<std::string, std::string> producer;
+        for (const auto& op : doc["logical"]["ops"])
+            for (const auto& t : op["outputs"]) producer[t.get<std::string>()] = op["op"].get<std::string>() + " " + op["inputs"].dump();
+        int routes = 0;
+        for (const auto& op : doc["logical"]["ops"])
+            if (op["op"] == "topk_mask") {
+                const auto& by = producer[op["inputs"][0].get<std::string>()];
+                QVERIFY2(by.rfind("add ", 0) == 0 && by.find("e_score_correction_bias") != std::string::npos, by.c_str());
+                ++routes;
+            }
+        QCOMPARE(routes, 1);  // one MoE layer
+        // The mutation: the parallel routing reads the unbiased scores.
+        std::string mutated;
+        for (auto& op : doc["parallel"]["ops"]) {
+            if (op["op"] != "topk_mask") continue;
+            for (const auto& add : doc["parallel"]["ops"])
+                if (add["op"] == "add" && add["outputs"][0] == op["inputs"][0]) {
+                    op["inputs"][0] = add["inputs"][0];
+                    mutated = op["id"];
+                }
+            break;
+        }
+        QVERIFY(!mutated.empty());
+        auto res = readPlanJson(doc);
+        QVERIFY(res.ok());
+        auto rep = verifyPlan(*res.plan);
+        QVERIFY2(rep.verdict == Verdict::NotEquivalent, reportToText(rep).c_str());
+        QVERIFY(rep.failure);
+        QCOMPARE(QString::fromStdString(rep.failure->parallelOp), QString::fromStdString(mutated));
+    }
+
     // A vocabulary tensor parallelism does not divide is padded as Megatron pads it (to a
     // multiple of 128 x tp), and the padded model is what is generated and verified.
     void vocabularyIsPaddedForTensorParallelism() {

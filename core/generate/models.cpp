@@ -79,6 +79,7 @@ std::optional<ModelConfig> preset(const std::string& name) {
         c.scoreFunc = p.score;
         c.routeScale = p.routeScale;
         c.groupScore = p.groupScore;
+        c.routeBias = c.scoreFunc == "sigmoid";  // DeepSeek-V3 (sigmoid gate, noaux_tc routing)
         return c;
     }
     for (const auto& p : kPresets) {
@@ -406,7 +407,14 @@ void buildDeepseek(Builder& b, bool sp) {
             route["topk_groups"] = c.topkGroups;
             route["group_score"] = c.groupScore;
         }
-        int chosen = b.un("topk_mask", f + ".route", scores, route);
+        // DeepSeek-V3 chooses the experts by the scores plus a balancing bias (an input of the
+        // step), and weights them by the scores alone.
+        int forChoice = scores;
+        if (c.routeBias) {
+            int bias = m.input(f + ".gate.e_score_correction_bias", {E}, Role::Input);
+            forChoice = b.ew("add", f + ".biased_scores", scores, bias);
+        }
+        int chosen = b.un("topk_mask", f + ".route", forChoice, route);
         int weights = b.ew("mul", f + ".chosen_scores", scores, chosen);
         if (c.scoreFunc == "sigmoid") {
             int total = m.op1("sum", f + ".chosen_total", {weights}, json{{"dims", {2}}, {"keepdim", true}}, Shape{B, S, 1});

@@ -37,6 +37,9 @@ struct ModelConfig {
     std::string scoreFunc = "softmax";  ///< gate scoring: softmax or sigmoid (then renormalised over the chosen)
     std::string routeScale = "1";
     std::string groupScore = "max";  ///< how a group is scored: its best expert (max) or best two (top2)
+    /// DeepSeek-V3's auxiliary-loss-free balancing: a per-expert bias added to the scores for
+    /// choosing the experts (not for weighting them); updated between steps, an input of the step.
+    bool routeBias = false;
     std::int64_t headDim() const { return heads ? hidden / heads : 0; }
 };
 
