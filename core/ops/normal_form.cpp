@@ -313,9 +313,13 @@ ExpLogNormalizer::~ExpLogNormalizer() = default;
 
 bool ExpLogNormalizer::mentionsExpLog(const z3::expr& e) { return impl_->mentions(e); }
 
-std::optional<z3::expr> ExpLogNormalizer::normalize(const z3::expr& e) {
+namespace {
+/// Runs f, or gives nothing where the normal form would exceed its bound or overflow 64-bit
+/// rationals: the term is then left to the solver as it is.
+template <class F>
+auto boundedOrNothing(F&& f) -> std::optional<decltype(f())> {
     try {
-        return impl_->toExpr(impl_->from(e));
+        return f();
     } catch (const TooBig&) {
         return std::nullopt;
     } catch (const std::domain_error&) {
@@ -324,17 +328,14 @@ std::optional<z3::expr> ExpLogNormalizer::normalize(const z3::expr& e) {
         return std::nullopt;
     }
 }
+}  // namespace
+
+std::optional<z3::expr> ExpLogNormalizer::normalize(const z3::expr& e) {
+    return boundedOrNothing([&] { return impl_->toExpr(impl_->from(e)); });
+}
 
 std::optional<bool> ExpLogNormalizer::provesEqual(const z3::expr& a, const z3::expr& b) {
-    try {
-        return impl_->from(a) == impl_->from(b);
-    } catch (const TooBig&) {
-        return std::nullopt;
-    } catch (const std::domain_error&) {
-        return std::nullopt;
-    } catch (const RationalOverflow&) {
-        return std::nullopt;
-    }
+    return boundedOrNothing([&] { return impl_->from(a) == impl_->from(b); });
 }
 
 }  // namespace tv
