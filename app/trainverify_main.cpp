@@ -25,7 +25,7 @@ Usage:
   trainverify generate --model MODEL [--dp N] [--tp N] [--pp N] [--microbatches N] [--sp] [--ep N] [--cp N] [--zero 1|2|3]
                        [--schedule 1f1b|gpipe] [--layers N] [--global-batch N] [--optimizer adamw|sgd]
                        [--hidden N] [--heads N] [--kv-heads N] [--ffn N] [--vocab N] [--seq N]
-                       [--clip-grad NORM] [--format 1|2] [--verify] -o PLAN.json
+                       [--clip-grad NORM] [--format 1|2|3] [--verify] -o PLAN.json
   trainverify ops
   trainverify --help | --version
 
@@ -49,8 +49,9 @@ generate Writes one whole training step (forward, backward, gradient reduction, 
          (N = --tp). --cp N splits the sequence over a group of N ranks (context
          parallelism, with or without --tp). Under --tp the embedding and the
          cross-entropy are vocab-parallel. --verify verifies the
-         written plan. --format 2 (the default) stores data-parallel replicas and
-         microbatches once; 1 writes everything out.
+         written plan. --format 3 (the default) stores data-parallel replicas,
+         microbatches and repeated blocks (identical layers) once; 2 stores only
+         replicas and microbatches once; 1 writes everything out.
          --clip-grad NORM clips the gradients to a global norm before the update.
 ops      Lists the operators the registry knows.
 
@@ -288,7 +289,7 @@ int cmdGenerate(const std::vector<std::string>& args) {
             o.zero = static_cast<int>(n);
         } else if (a == "--format") {
             if (!count("--format", n)) return 3;
-            if (n != 1 && n != 2) return usageError("--format must be 1 or 2");
+            if (n < 1 || n > 3) return usageError("--format must be 1, 2 or 3");
             o.format = static_cast<int>(n);
         } else if (a == "--clip-grad") {
             auto* v = value();
@@ -320,7 +321,10 @@ int cmdGenerate(const std::vector<std::string>& args) {
         return 3;
     }
     auto t0 = std::chrono::steady_clock::now();
-    auto doc = tv::gen::generatePlan(o);
+    // The repeats are found once, by the writer, on the plan as read.
+    auto written = o;
+    if (written.format == 3) written.format = 2;
+    auto doc = tv::gen::generatePlan(written);
     // Everything written goes through the validating reader and the canonical writer.
     auto read = tv::readPlanJson(doc);
     if (!read.ok()) {
@@ -329,7 +333,8 @@ int cmdGenerate(const std::vector<std::string>& args) {
         return 3;
     }
     doc = nlohmann::json();
-    const auto& plan = *read.plan;
+    auto& plan = *read.plan;
+    plan.storedWithRepeats = o.format == 3;
     auto text = tv::writePlanText(plan);
     if (outPath == "-") {
         std::cout << text;

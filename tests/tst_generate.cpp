@@ -10,6 +10,7 @@
 
 #include "generate/generator.hpp"
 #include "io/plan_json.hpp"
+#include "io/plan_repeats.hpp"
 #include "verify/symmetry.hpp"
 #include "verify/verifier.hpp"
 
@@ -46,6 +47,14 @@ Options small(const std::string& model) {
 Options with(Options o, const std::function<void(Options&)>& f) {
     f(o);
     return o;
+}
+
+/// The generated plan document with its repeated blocks written out, for tests that look at or
+/// mutate particular ops (the plan itself is stored with repeats, as the command line writes it).
+nlohmann::json generateDoc(const Options& o) {
+    auto expanded = expandRepeats(gen::generatePlan(o));
+    if (!expanded.problems.empty()) qWarning("%s", expanded.problems.front().toString().c_str());
+    return std::move(expanded.doc);
 }
 
 std::unique_ptr<Plan> generateAndRead(const Options& o) {
@@ -194,10 +203,50 @@ private slots:
         QCOMPARE(writePlanText(*again.plan), writePlanText(*compact));
     }
 
+    // Format 3 stores repeated blocks once: written out, the file is exactly the format 2 one,
+    // and blocks on later stages are repeats of earlier ones with their ranks shifted.
+    void repeatsStoreIdenticalLayersOnce_data() {
+        QTest::addColumn<Options>("options");
+        QTest::newRow("llama3 4 layers dp2 tp2 pp2 nm2") << with(small("llama3"), [](Options& o) { o.layers = 4; o.dp = 2; o.tp = 2; o.pp = 2; o.microbatches = 2; });
+        QTest::newRow("gpt2 4 layers tp2 pp2 nm2") << with(small("gpt2"), [](Options& o) { o.layers = 4; o.tp = 2; o.pp = 2; o.microbatches = 2; });
+        QTest::newRow("deepseek 4 layers tp2 ep2 pp2 sp") << with(small("deepseek"), [](Options& o) { o.layers = 4; o.tp = 2; o.ep = 2; o.pp = 2; o.sequenceParallel = true; });
+        QTest::newRow("llama3 4 layers tp2 cp2 pp2 zero1 dp2") << with(small("llama3"), [](Options& o) { o.layers = 4; o.tp = 2; o.cp = 2; o.pp = 2; o.dp = 2; o.zero = 1; });
+        QTest::newRow("llama3-8b 8 layers tp2 pp4 nm4") << with(small("llama3-8b"), [](Options& o) { o.layers = 8; o.tp = 2; o.pp = 4; o.microbatches = 4; });
+    }
+    void repeatsStoreIdenticalLayersOnce() {
+        QFETCH(Options, options);
+        auto stored = gen::generatePlan(options);
+        auto o2 = options;
+        o2.format = 2;
+        auto plain = gen::generatePlan(o2);
+        QCOMPARE(stored["version"].get<int>(), 3);
+        auto expanded = expandRepeats(stored);
+        QVERIFY(expanded.problems.empty());
+        std::size_t repeats = 0, shifted = 0;
+        for (const auto& [ptr, hasRanks] : repeatableArrays()) {
+            json::json_pointer jp(ptr);
+            QVERIFY2(expanded.doc.at(jp) == plain.at(jp), ptr.c_str());
+            for (const auto& e : stored.at(jp)) {
+                repeats += e.contains("repeat") ? 1 : 0;
+                shifted += e.contains("repeat") && e["repeat"].contains("rank_shift") ? 1 : 0;
+            }
+        }
+        QVERIFY(repeats >= 10);
+        QVERIFY(shifted >= 2);
+        QVERIFY2(stored.dump().size() * 2 < plain.dump().size(), (std::to_string(stored.dump().size()) + " vs " + std::to_string(plain.dump().size())).c_str());
+        // Read back, the plan is the format 2 one and the writer finds the same repeats again.
+        auto a = readPlanJson(stored), b = readPlanJson(plain);
+        QVERIFY(a.ok() && b.ok());
+        QVERIFY(a.plan->storedWithRepeats && !b.plan->storedWithRepeats);
+        QCOMPARE(writePlanJson(*a.plan)["parallel"]["ops"].size(), stored["parallel"]["ops"].size());
+        a.plan->storedWithRepeats = false;
+        QVERIFY(writePlanText(*a.plan) == writePlanText(*b.plan));
+    }
+
     // A bug in the stored replica is a bug in every replica, and it is caught.
     void brokenReducerIsCaught() {
         auto o = with(small("mlp"), [](Options& x) { x.dp = 2; x.tp = 2; });
-        auto doc = gen::generatePlan(o);
+        auto doc = generateDoc(o);
         std::string mutated;
         for (auto& op : doc["parallel"]["ops"])
             if (op.value("across_replicas", false)) {
@@ -221,7 +270,7 @@ private slots:
     }
     void vocabParallelism() {
         QFETCH(Options, options);
-        auto doc = gen::generatePlan(options);
+        auto doc = generateDoc(options);
         std::map<std::string, int> kinds;
         std::set<std::string> producedByGather;
         for (const auto& op : doc["parallel"]["ops"]) {
@@ -250,7 +299,7 @@ private slots:
     // Expert parallelism with sequence parallelism: the tokens, split along the sequence, reach
     // the experts, split over the group, through an all-to-all (the dispatch), not an all-gather.
     void expertDispatchIsAllToAll() {
-        auto doc = gen::generatePlan(with(small("deepseek"), [](Options& o) { o.tp = 2; o.ep = 2; o.sequenceParallel = true; }));
+        auto doc = generateDoc(with(small("deepseek"), [](Options& o) { o.tp = 2; o.ep = 2; o.sequenceParallel = true; }));
         int dispatch = 0, gathered = 0;
         for (const auto& op : doc["parallel"]["ops"]) {
             const std::string id = op["id"];
@@ -273,7 +322,7 @@ private slots:
     // per-expert bias and weighted by the scores alone. A parallel plan that routes by the scores
     // without the bias is caught at its routing op.
     void routingBiasChoosesButDoesNotWeight() {
-        auto doc = gen::generatePlan(with(small("deepseek"), [](Options& o) { o.tp = 2; o.ep = 2; }));
+        auto doc = generateDoc(with(small("deepseek"), [](Options& o) { o.tp = 2; o.ep = 2; }));
         std::map<std::string, std::string> producer;
         for (const auto& op : doc["logical"]["ops"])
             for (const auto& t : op["outputs"]) producer[t.get<std::string>()] = op["op"].get<std::string>() + " " + op["inputs"].dump();
@@ -305,7 +354,7 @@ private slots:
     void vocabularyIsPaddedForTensorParallelism() {
         auto o = with(small("gpt2"), [](Options& x) { x.tp = 2; x.vocab = 255; });
         QVERIFY(gen::validate(o).empty());
-        auto doc = gen::generatePlan(o);
+        auto doc = generateDoc(o);
         bool found = false;
         for (const auto& t : doc["logical"]["tensors"])
             if (t["id"] == "wte.weight") {
@@ -326,7 +375,7 @@ private slots:
     // the whole of every weight; attention all-gathers K and V along the sequence; the weight
     // gradients are partial sums all-reduced over the group; the mesh and ranks name the axis cp.
     void contextParallelism() {
-        auto doc = gen::generatePlan(with(small("llama3"), [](Options& o) { o.cp = 2; o.dp = 2; }));
+        auto doc = generateDoc(with(small("llama3"), [](Options& o) { o.cp = 2; o.dp = 2; }));
         QCOMPARE(doc["parallel"]["mesh"].value("cp", 0), 2);
         QVERIFY(!doc["parallel"]["mesh"].contains("tp"));
         std::map<std::string, json> tensors;
@@ -358,7 +407,7 @@ private slots:
     }
     void contextParallelBugsAreCaught() {
         QFETCH(QString, mutation);
-        auto doc = gen::generatePlan(with(small("llama3"), [](Options& o) { o.cp = 2; o.tp = 2; }));
+        auto doc = generateDoc(with(small("llama3"), [](Options& o) { o.cp = 2; o.tp = 2; }));
         std::string mutated;
         for (auto& op : doc["parallel"]["ops"]) {
             const std::string id = op["id"];
@@ -386,7 +435,7 @@ private slots:
     // are all-gathered over the cp group (two ranks tp apart), the tensor-parallel all-reduces
     // stay within a tp group (adjacent ranks), and the weights are split over tp only.
     void contextAndTensorParallelism() {
-        auto doc = gen::generatePlan(with(small("llama3"), [](Options& o) { o.cp = 2; o.tp = 2; }));
+        auto doc = generateDoc(with(small("llama3"), [](Options& o) { o.cp = 2; o.tp = 2; }));
         QCOMPARE(doc["parallel"]["mesh"].value("cp", 0), 2);
         QCOMPARE(doc["parallel"]["mesh"].value("tp", 0), 2);
         const auto& ranks = doc["parallel"]["ranks"];
@@ -432,7 +481,7 @@ private slots:
         QFETCH(QString, mutation);
         QFETCH(bool, equivalent);
         QFETCH(QString, logicalOp);
-        auto doc = gen::generatePlan(with(small("llama3"), [](Options& o) { o.tp = 2; }));
+        auto doc = generateDoc(with(small("llama3"), [](Options& o) { o.tp = 2; }));
         bool done = false;
         auto& ops = doc["parallel"]["ops"];
         for (auto& op : ops) {
@@ -484,7 +533,7 @@ private slots:
         QFETCH(QString, lastStageOrder);
         // Written out: with microbatches stored once there is one microbatch to order.
         auto o = with(small("mlp"), [&](Options& x) { x.pp = 2; x.microbatches = 3; x.schedule = schedule.toStdString(); x.format = 1; });
-        auto doc = gen::generatePlan(o);
+        auto doc = generateDoc(o);
         QStringList order;
         for (const auto& op : doc["parallel"]["ops"]) {
             if (!op.contains("rank") || op["rank"] != 1 || !op.contains("microbatch")) continue;

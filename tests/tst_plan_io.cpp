@@ -1,4 +1,4 @@
-// Plan file format v1: every bundled example round-trips exactly, and every kind of bad input
+// Plan file format (versions 1 to 3): every bundled example round-trips exactly, and every kind of bad input
 // is reported with its JSON path and a reason, never a crash.
 #include <QtTest>
 
@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "io/plan_json.hpp"
+#include "io/plan_repeats.hpp"
 
 using namespace tv;
 using json = nlohmann::json;
@@ -22,6 +23,22 @@ json loadJson(const std::string& name) {
 }
 
 using Mutation = std::function<void(json&)>;
+
+const char* kRepeats = "llama3-l4-dp2-tp2-pp2-nm2-repeats.json";
+
+/// The first repeat entry of an array (one with a rank shift when asked), or null.
+json* firstRepeat(json& doc, const std::string& array, bool withShift = false) {
+    for (auto& e : doc.at(json::json_pointer(array)))
+        if (e.is_object() && e.contains("repeat") && (!withShift || e["repeat"].contains("rank_shift"))) return &e;
+    return nullptr;
+}
+
+std::size_t countRepeats(const json& doc) {
+    std::size_t n = 0;
+    for (const auto& [ptr, hasRanks] : repeatableArrays())
+        for (const auto& e : doc.at(json::json_pointer(ptr))) n += e.is_object() && e.contains("repeat") ? 1 : 0;
+    return n;
+}
 
 }  // namespace
 
@@ -73,7 +90,7 @@ private slots:
         const char* tp = "mlp-tp2.json";
         const char* dp = "mlp-dp2.json";
         row("wrong format", tp, [](json& j) { j["format"] = "onnx"; }, "/format", "expected \"trainverify-plan\"");
-        row("future version", tp, [](json& j) { j["version"] = 3; }, "/version", "unsupported version 3");
+        row("future version", tp, [](json& j) { j["version"] = 4; }, "/version", "unsupported version 4");
         // Version 2: data-parallel replicas stored once.
         const char* rp = "mlp-dp2-tp2-replicas.json";
         row("replicas in version 1", rp, [](json& j) { j["version"] = 1; }, "/parallel/replicas", "needs \"version\": 2");
@@ -142,7 +159,159 @@ private slots:
         row("empty op id", tp, [](json& j) { j["logical"]["ops"][0]["id"] = ""; }, "/logical/ops/0/id", "op id is empty");
         row("mesh needs explicit ranks", tp, [](json& j) { j["parallel"]["mesh"]["cp"] = 2; }, "/parallel", "list the \"ranks\"");
         row("unknown role", tp, [](json& j) { j["logical"]["tensors"][0]["role"] = "data"; }, "/logical/tensors/0/role", "unknown role");
+        // Version 3: repeated blocks stored once (docs/plan-format.md §8).
+        const char* rs = kRepeats;
+        row("repeat needs version 3", rs, [](json& j) { j["version"] = 2; }, "/", "repeat entries need \"version\": 3");
+        row("repeat from past the entries written", rs, [](json& j) { (*firstRepeat(j, "/parallel/ops"))["repeat"]["from"] = 999999; },
+            "/parallel/ops/", "\"from\" is 999999, must be in [0, ");
+        row("repeat count 0", rs, [](json& j) { (*firstRepeat(j, "/parallel/tensors"))["repeat"]["count"] = 0; }, "/parallel/tensors/",
+            "\"count\" is 0, must be in [1, ");
+        row("repeat without count", rs, [](json& j) { (*firstRepeat(j, "/logical/ops"))["repeat"].erase("count"); }, "/logical/ops/",
+            "missing \"count\"");
+        row("repeat as the first entry", rs, [](json& j) { j["lineage"].insert(j["lineage"].begin(), json{{"repeat", {{"from", 0}, {"count", 1}}}}); },
+            "/lineage/0/repeat", "there are none before it");
+        row("repeat with an id", rs, [](json& j) { (*firstRepeat(j, "/parallel/ops"))["id"] = "x"; }, "/parallel/ops/",
+            "a repeat entry holds only \"repeat\", not \"id\"");
+        row("unknown repeat key", rs, [](json& j) { (*firstRepeat(j, "/parallel/ops"))["repeat"]["times"] = 2; }, "/parallel/ops/",
+            "unknown repeat key \"times\"");
+        row("rank shift in the logical plan", rs, [](json& j) { (*firstRepeat(j, "/logical/tensors"))["repeat"]["rank_shift"] = 2; },
+            "/logical/tensors/", "rank_shift is for parallel tensors and ops");
+        row("rank shift not an integer", rs, [](json& j) { (*firstRepeat(j, "/parallel/ops", true))["repeat"]["rank_shift"] = "2"; },
+            "/parallel/ops/", "\"rank_shift\" must be an integer");
+        row("rename to a number", rs, [](json& j) { (*firstRepeat(j, "/lineage"))["repeat"]["rename"]["layers.0"] = 1; }, "/lineage/",
+            "\"layers.0\" must be renamed to a string");
+        row("rename of the empty string", rs, [](json& j) { (*firstRepeat(j, "/lineage"))["repeat"]["rename"][""] = "x"; }, "/lineage/",
+            "a renamed string cannot be empty");
+        row("rename not an object", rs, [](json& j) { (*firstRepeat(j, "/parallel/ops"))["repeat"]["rename"] = json::array(); }, "/parallel/ops/",
+            "\"rename\" must be an object of strings");
+        row("repeats that write out too much", rs,
+            [](json& j) {
+                auto& a = j["logical"]["tensors"];
+                std::int64_t written = 221;  // each repeat doubles what is written out
+                for (int k = 0; k < 40; ++k, written *= 2) a.push_back(json{{"repeat", {{"from", 0}, {"count", written}}}});
+            },
+            "/logical/tensors", "the repeats write out more than");
     }
+
+    /// A problem in an entry a repeat wrote out is reported at that repeat, naming the entry it
+    /// copied and the renamed op.
+    void problemsInWrittenOutEntriesNameTheRepeat() {
+        auto doc = loadJson(kRepeats);
+        auto* rep = firstRepeat(doc, "/parallel/ops", true);
+        QVERIFY(rep);
+        (*rep)["repeat"]["rank_shift"] = 1000;
+        auto res = readPlanJson(doc);
+        QVERIFY(!res.ok());
+        const auto& p = res.problems.front();
+        QVERIFY2(p.path.find("/repeat@") != std::string::npos, p.toString().c_str());
+        QVERIFY2(p.message.find("must be in [0, 3]") != std::string::npos, p.toString().c_str());
+        doc = loadJson(kRepeats);
+        rep = firstRepeat(doc, "/parallel/ops", true);
+        (*rep)["repeat"]["rename"] = json{{"layers.", "layer."}};
+        res = readPlanJson(doc);
+        QVERIFY(!res.ok());
+        QVERIFY2(res.problems.front().path.find("/repeat@") != std::string::npos, res.problems.front().toString().c_str());
+        QVERIFY2(res.problems.front().message.find("\"layer.") != std::string::npos, res.problems.front().toString().c_str());
+    }
+
+    void renameRule_data() {
+        QTest::addColumn<QStringList>("pairs");
+        QTest::addColumn<QString>("input");
+        QTest::addColumn<QString>("expected");
+        QTest::newRow("no key") << QStringList{"layers.0=layers.1"} << "embed@r0" << "embed@r0";
+        QTest::newRow("renamed") << QStringList{"layers.0=layers.1"} << "layers.0.ffn@r0" << "layers.1.ffn@r0";
+        QTest::newRow("simultaneous") << QStringList{"layers.0=layers.1", "layers.1=layers.2"} << "layers.0.x+layers.1.y" << "layers.1.x+layers.2.y";
+        QTest::newRow("longest key first") << QStringList{"layers.1=layers.2", "layers.1.ffn=mlp"} << "layers.1.ffn.w" << "mlp.w";
+        QTest::newRow("a number is not split after") << QStringList{"@r1=@r3"} << "w@r12" << "w@r12";
+        QTest::newRow("a number ends") << QStringList{"@r1=@r3"} << "w@r1.grad" << "w@r3.grad";
+        QTest::newRow("a number is not split before") << QStringList{"1.=9."} << "w21.x" << "w21.x";
+        QTest::newRow("a number starts") << QStringList{"1.=9."} << "w.1.x" << "w.9.x";
+        QTest::newRow("every occurrence") << QStringList{"@r0=@r2"} << "a@r0/b@r0" << "a@r2/b@r2";
+        QTest::newRow("renamed text is not renamed again") << QStringList{"a=b", "b=c"} << "ab" << "bc";
+    }
+    void renameRule() {
+        QFETCH(QStringList, pairs);
+        QFETCH(QString, input);
+        QFETCH(QString, expected);
+        std::vector<std::pair<std::string, std::string>> v;
+        for (const auto& p : pairs) v.emplace_back(p.section('=', 0, 0).toStdString(), p.section('=', 1).toStdString());
+        Rename r(v);
+        QCOMPARE(QString::fromStdString(r.apply(input.toStdString())), expected);
+        QCOMPARE(r.touches(input.toStdString()), input != expected);
+    }
+
+    /// Every example, written out, survives compression: the repeats found write back exactly the
+    /// entries they replace, and the plan read from the compressed file is the same plan.
+    void repeatsRoundTrip_data() {
+        QTest::addColumn<QString>("file");
+        for (const auto& e : std::filesystem::directory_iterator(examplesDir()))
+            if (e.path().extension() == ".json")
+                QTest::newRow(e.path().filename().string().c_str()) << QString::fromStdString(e.path().string());
+    }
+    void repeatsRoundTrip() {
+        QFETCH(QString, file);
+        auto read = readPlanFile(file.toStdString());
+        QVERIFY(read.ok());
+        read.plan->storedWithRepeats = false;
+        auto plain = writePlanJson(*read.plan);
+        auto compressed = compressRepeats(plain);
+        QCOMPARE(compressed["version"].get<int>(), 3);
+        auto expanded = expandRepeats(compressed);
+        QVERIFY(expanded.problems.empty());
+        for (const auto& [ptr, hasRanks] : repeatableArrays()) {
+            json::json_pointer jp(ptr);
+            QVERIFY2(expanded.doc.at(jp) == plain.at(jp), ptr.c_str());
+        }
+        auto again = readPlanJson(compressed);
+        QVERIFY2(again.ok(), again.problems.empty() ? "?" : again.problems[0].toString().c_str());
+        QVERIFY(again.plan->storedWithRepeats);
+        again.plan->storedWithRepeats = false;
+        auto text = writePlanText(*again.plan);
+        auto expected = writePlanText(*read.plan);
+        QVERIFY(text == expected);
+        if (file.endsWith(kRepeats)) {
+            // Four blocks on two stages: blocks 1 and 3 repeat blocks 0 and 2, and the second
+            // stage's repeat the first's with ranks shifted.
+            QVERIFY(countRepeats(compressed) >= 10);
+            QVERIFY(firstRepeat(compressed, "/parallel/ops", true));
+            QVERIFY(compressed.dump().size() * 2 < plain.dump().size());
+        }
+    }
+
+    /// The reader copies every wrong-typed value inside a repeat into an answer, never a throw.
+    void neverCrashesOnWrongRepeats() {
+        // A small plan (four MLP layers on two stages), compressed, keeps this quick.
+        auto small = readPlanFile(examplesDir() + "/mlp4-dp2-tp2-pp2.json");
+        QVERIFY(small.ok());
+        auto doc = compressRepeats(writePlanJson(*small.plan));
+        QVERIFY(firstRepeat(doc, "/parallel/ops", true));
+        const std::vector<json> replacements = {nullptr, "x", -1, 0, 1 << 30, 1.5, json::array(), json::object(), json{{"a", 1}}, true};
+        std::size_t tried = 0;
+        for (const auto& [ptr, hasRanks] : repeatableArrays()) {
+            auto& arr = doc.at(json::json_pointer(ptr));
+            for (std::size_t i = 0; i < arr.size(); ++i) {
+                if (!arr[i].is_object() || !arr[i].contains("repeat")) continue;
+                std::vector<json::json_pointer> targets = {json::json_pointer(ptr) / i, json::json_pointer(ptr) / i / "repeat"};
+                for (auto it = arr[i]["repeat"].begin(); it != arr[i]["repeat"].end(); ++it)
+                    targets.push_back(json::json_pointer(ptr) / i / "repeat" / it.key());
+                for (const auto& t : targets)
+                    for (const auto& r : replacements) {
+                        auto copy = doc;
+                        copy[t] = r;
+                        try {
+                            auto res = readPlanJson(copy);
+                            if (!res.ok()) QVERIFY(!res.problems.front().message.empty());
+                        } catch (const std::exception& e) {
+                            QFAIL(("reader threw on " + t.to_string() + " = " + r.dump() + ": " + e.what()).c_str());
+                        }
+                        ++tried;
+                    }
+                break;  // the first repeat of each array
+            }
+        }
+        QVERIFY(tried > 100);
+    }
+
     void problems() {
         QFETCH(QString, base);
         QFETCH(Mutation, mutate);

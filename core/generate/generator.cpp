@@ -1,4 +1,5 @@
 #include "generate/generator.hpp"
+#include "io/plan_repeats.hpp"
 
 #include <sstream>
 
@@ -51,7 +52,7 @@ std::string validate(const GenerateOptions& o) {
     if (o.zero < 0 || o.zero > 3) return "--zero must be 1, 2 or 3";
     if (o.zero > 0 && o.dp < 2) return "--zero " + std::to_string(o.zero) + " needs --dp 2 or more (ZeRO splits over the data-parallel replicas)";
     if (o.schedule != "1f1b" && o.schedule != "gpipe") return "--schedule must be 1f1b or gpipe, not \"" + o.schedule + "\"";
-    if (o.format != 1 && o.format != 2) return "--format must be 1 or 2";
+    if (o.format < 1 || o.format > 3) return "--format must be 1, 2 or 3";
     if (!o.clipGrad.empty()) {
         auto r = Rational::parse(o.clipGrad);
         if (!r || !(Rational(0) < *r)) return "--clip-grad needs a positive number, not \"" + o.clipGrad + "\"";
@@ -141,7 +142,7 @@ json generatePlan(const GenerateOptions& o) {
             for (int t : m.ops[i].outputs) keep.push_back(t);
     removeDeadOps(m, keep);
 
-    ParallelConfig pc{o.dp, o.tp, o.pp, o.microbatches, o.sequenceParallel, o.schedule, o.format == 2 && o.dp > 1, o.format == 2 && o.microbatches > 1, o.zero};
+    ParallelConfig pc{o.dp, o.tp, o.pp, o.microbatches, o.sequenceParallel, o.schedule, o.format >= 2 && o.dp > 1, o.format >= 2 && o.microbatches > 1, o.zero};
     pc.cp = o.cp;
     auto body = parallelize(m, pc);
 
@@ -171,6 +172,7 @@ json generatePlan(const GenerateOptions& o) {
     plan["parallel"] = std::move(body["parallel"]);
     plan["lineage"] = std::move(body["lineage"]);
     plan["expect"] = json{{"verdict", "equivalent"}};
+    if (o.format == 3) return compressRepeats(std::move(plan));
     return plan;
 }
 

@@ -23,8 +23,9 @@ struct GenerateOptions {
     std::optional<std::int64_t> globalBatch;  ///< default: one sequence per microbatch per replica
     std::string optimizer = "adamw";
     std::string clipGrad;  ///< global-norm gradient clipping to this norm (a number); empty: none
-    /// Plan format: 2 stores data-parallel replicas once (the default); 1 writes every replica out.
-    int format = 2;
+    /// Plan format: 3 (the default) stores data-parallel replicas, microbatches and repeated
+    /// blocks (identical layers) once; 2 stores replicas and microbatches once; 1 writes all out.
+    int format = 3;
 };
 
 /// Why a configuration cannot be generated; empty when it can.
@@ -33,7 +34,7 @@ std::string validate(const GenerateOptions& opts);
 /// The model configuration the options describe (preset plus overrides); call validate() first.
 ModelConfig modelConfig(const GenerateOptions& opts);
 
-/// A complete plan file (format version 1) for the options. Throws std::invalid_argument with the
+/// A complete plan file (format version `format` or lower) for the options. Throws std::invalid_argument with the
 /// message of validate() for an invalid configuration.
 nlohmann::json generatePlan(const GenerateOptions& opts);
 

@@ -1,4 +1,5 @@
 #include "io/plan_json.hpp"
+#include "io/plan_repeats.hpp"
 
 #include <algorithm>
 #include <fstream>
@@ -19,7 +20,8 @@ struct TooManyProblems {};
 
 class Reader {
 public:
-    explicit Reader(const json& doc) : doc_(doc), plan_(std::make_unique<Plan>()) {}
+    explicit Reader(const json& doc, const RepeatOrigins* origins = nullptr)
+        : doc_(doc), origins_(origins), plan_(std::make_unique<Plan>()) {}
 
     PlanLoadResult run() {
         try {
@@ -34,7 +36,13 @@ public:
 
 private:
     const json& doc_;
+    const RepeatOrigins* origins_;  ///< version 3: where each written-out entry came from
     std::unique_ptr<Plan> plan_;
+
+    /// The path of entry i of an array: in a version 3 file, the entry or repeat it came from.
+    std::string entryPath(const std::string& array, std::size_t i) const {
+        return origins_ ? origins_->entryPath(array, i) : array + "/" + std::to_string(i);
+    }
     std::vector<PlanProblem> problems_;
 
     void fail(const std::string& path, const std::string& msg) {
@@ -100,8 +108,8 @@ private:
         if (fmt && *fmt != "trainverify-plan")
             fail("/format", "\"format\" is \"" + fmt->get<std::string>() + "\", expected \"trainverify-plan\"");
         std::int64_t version = 0;
-        if (intMember(doc_, "version", "", version, true, 0, 1000) && version != 1 && version != 2)
-            fail("/version", "unsupported version " + std::to_string(version) + " (this build reads versions 1 and 2)");
+        if (intMember(doc_, "version", "", version, true, 0, 1000) && (version < 1 || version > 3))
+            fail("/version", "unsupported version " + std::to_string(version) + " (this build reads versions 1, 2 and 3)");
         version_ = version;
         if (bad()) return;
         if (auto* n = stringMember(doc_, "name", "", false)) plan_->name = n->get<std::string>();
@@ -248,7 +256,7 @@ private:
         if (!tensors || !ops) return;
         auto nranks = static_cast<std::int64_t>(plan_->ranks.size());
         for (std::size_t i = 0; i < tensors->size(); ++i) {
-            auto path = base + "/tensors/" + std::to_string(i);
+            auto path = entryPath(base + "/tensors", i);
             const auto& t = (*tensors)[i];
             if (!t.is_object()) {
                 fail(path, "a tensor must be an object");
@@ -315,7 +323,7 @@ private:
         }
         const auto& reg = OpRegistry::instance();
         for (std::size_t i = 0; i < ops->size(); ++i) {
-            auto path = base + "/ops/" + std::to_string(i);
+            auto path = entryPath(base + "/ops", i);
             const auto& o = (*ops)[i];
             if (!o.is_object()) {
                 fail(path, "an op must be an object");
@@ -588,7 +596,7 @@ private:
         auto& P = plan_->parallel;
         std::vector<std::uint32_t> seenIn(P.tensors.size(), kNone);
         for (std::size_t i = 0; i < lin.size(); ++i) {
-            auto path = "/lineage/" + std::to_string(i);
+            auto path = entryPath("/lineage", i);
             const auto& r = lin[i];
             if (!r.is_object()) {
                 fail(path, "a lineage record must be an object");
@@ -832,7 +840,34 @@ std::string lineColumn(const std::string& text, std::size_t byte) {
 
 }  // namespace
 
-PlanLoadResult readPlanJson(const json& doc) { return Reader(doc).run(); }
+PlanLoadResult readPlanJson(const json& doc) {
+    std::int64_t version = 0;
+    if (doc.is_object())
+        if (auto it = doc.find("version"); it != doc.end() && it->is_number_integer()) version = it->get<std::int64_t>();
+    if (version != 3) {
+        // Repeats are a version 3 feature: say so rather than call "repeat" an unknown key.
+        PlanLoadResult r;
+        for (const auto& [ptr, hasRanks] : repeatableArrays()) {
+            json::json_pointer jp(ptr);
+            if (!doc.is_object() || !doc.contains(jp) || !doc.at(jp).is_array()) continue;
+            const auto& arr = doc.at(jp);
+            for (std::size_t i = 0; i < arr.size() && r.problems.size() < kMaxProblems; ++i)
+                if (arr[i].is_object() && arr[i].contains("repeat"))
+                    r.problems.push_back({ptr + "/" + std::to_string(i) + "/repeat", "repeat entries need \"version\": 3"});
+        }
+        if (!r.problems.empty()) return r;
+        return Reader(doc).run();
+    }
+    auto expanded = expandRepeats(doc);
+    if (!expanded.problems.empty()) {
+        PlanLoadResult r;
+        r.problems = std::move(expanded.problems);
+        return r;
+    }
+    auto r = Reader(expanded.doc, &expanded.origins).run();
+    if (r.plan) r.plan->storedWithRepeats = true;
+    return r;
+}
 
 PlanLoadResult readPlanText(const std::string& text) {
     json doc;
@@ -906,7 +941,7 @@ json writeGraph(const Plan& p, const Graph& g, bool parallel) {
 json writePlanJson(const Plan& p) {
     json doc = json::object();
     doc["format"] = "trainverify-plan";
-    doc["version"] = p.replication.active() ? 2 : 1;
+    doc["version"] = p.replication.active() ? 2 : 1;  // 3 once the repeats are found, below
     if (!p.name.empty()) doc["name"] = p.name;
     if (!p.description.empty()) doc["description"] = p.description;
     if (!p.expect.is_null()) doc["expect"] = p.expect;
@@ -955,6 +990,7 @@ json writePlanJson(const Plan& p) {
         lin.push_back(std::move(r));
     }
     doc["lineage"] = std::move(lin);
+    if (p.storedWithRepeats) return compressRepeats(std::move(doc));
     return doc;
 }
 

@@ -226,6 +226,8 @@ public:
     std::vector<RankInfo> ranks;
     std::vector<LineageRecord> lineage;
     Replication replication;  ///< active: the parallel graph and lineage hold replica 0 only
+    /// Read from (or to be written as) a version 3 file: the writer stores repeated blocks once.
+    bool storedWithRepeats = false;
 
     ShapeId internShape(const Shape& s);
     AttrId internAttrs(const nlohmann::json& a);
