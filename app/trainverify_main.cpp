@@ -5,12 +5,14 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "generate/generator.hpp"
 #include "io/plan_json.hpp"
+#include "pickle/pickle.hpp"
 #include "verify/symmetry.hpp"
 #include "ops/registry.hpp"
 #include "verify/verifier.hpp"
@@ -39,7 +41,8 @@ verify   Cuts the plan into stages from its lineage, reduces shapes, checks ever
            --no-reduce       check every stage at full shapes (slow; for cross-checking)
            --no-reuse        check every stage, even those isomorphic to a proven one
 inspect  Prints counts (ops, tensors, ranks, lineage records, stages) and the parallel
-         configuration.
+         configuration. On a pickle (an nnScaler plan), prints what the safe reader finds:
+         protocol, objects and their classes; nothing in it is run.
 generate Writes one whole training step (forward, backward, gradient reduction, optimizer
          update) of a model parallelized as asked, with the lineage of every parallel tensor.
          Models: mlp, gpt2, llama3 (small), llama3-8b, llama3-70b, llama3-405b, deepseek
@@ -156,6 +159,40 @@ int cmdVerify(const std::vector<std::string>& args) {
     return tv::exitCode(report.verdict);
 }
 
+bool isPickleFile(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    char head[2] = {0, 0};
+    in.read(head, 2);
+    return in.gcount() == 2 && tv::pickle::looksLikePickle(std::string_view(head, 2));
+}
+
+/// A pickled nnScaler plan: what the safe reader finds in it (protocol, objects, classes).
+int inspectPickle(const std::string& path, bool asJson) {
+    tv::pickle::Document doc;
+    try {
+        doc = tv::pickle::readFile(path);
+    } catch (const tv::pickle::PickleError& e) {
+        std::fprintf(stderr, "trainverify: %s: not a readable pickle: %s\n", path.c_str(), e.what());
+        return 3;
+    }
+    auto counts = doc.classCounts();
+    std::vector<std::pair<std::size_t, std::string>> byCount;
+    for (const auto& [name, n] : counts) byCount.emplace_back(n, name);
+    std::stable_sort(byCount.begin(), byCount.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    if (asJson) {
+        nlohmann::json classes = nlohmann::json::object();
+        for (const auto& [name, n] : counts) classes[name] = n;
+        nlohmann::json j = {{"pickle", {{"protocol", doc.protocol}, {"objects", doc.nodes.size()}, {"root", doc.className(doc.root)}, {"classes", classes}}}};
+        std::cout << j.dump(2) << "\n";
+        return 0;
+    }
+    std::cout << "pickle        " << path << " (protocol " << doc.protocol << ", " << doc.nodes.size() << " objects)\n";
+    std::cout << "root          " << (doc.className(doc.root).empty() ? doc.describe(doc.root) : doc.className(doc.root)) << "\n";
+    std::cout << "classes       " << counts.size() << " distinct; the most frequent:\n";
+    for (std::size_t k = 0; k < byCount.size() && k < 25; ++k) std::printf("  %8zu  %s\n", byCount[k].first, byCount[k].second.c_str());
+    return 0;
+}
+
 int cmdInspect(const std::vector<std::string>& args) {
     std::string path;
     bool asJson = false;
@@ -166,6 +203,7 @@ int cmdInspect(const std::vector<std::string>& args) {
         else return usageError("inspect takes one plan file");
     }
     if (path.empty()) return usageError("inspect needs a plan file");
+    if (isPickleFile(path)) return inspectPickle(path, asJson);
     auto loaded = load(path);
     if (!loaded.plan) {
         std::cout << tv::reportToText(loaded.invalid);

@@ -150,6 +150,30 @@ private slots:
         QCOMPARE(o["mesh"].toObject()["pp"].toInt(), 2);
     }
 
+    // A pickled nnScaler plan: inspect reads it safely; a cut one is refused with the byte
+    // offset; verify says it is a pickle rather than calling it malformed JSON.
+    void inspectPickle() {
+        const QString pkl = QStringLiteral(TV_SOURCE_DIR "/resources/nnscaler-plans/mlp_mgener_dp1_pp1_tp2_nm1_gbs16_dim1024_ly2.pkl");
+        auto r = trainverify({"inspect", pkl});
+        QCOMPARE(r.exitCode, 0);
+        for (const char* s : {"protocol 4", "nnscaler.codegen.module.module.ModuleCodeGen", "nnscaler.ir.tensor.IRSubTensor"})
+            QVERIFY2(r.out.contains(QString::fromLatin1(s)), s);
+        auto j = QJsonDocument::fromJson(trainverify({"inspect", pkl, "--json"}).out.toUtf8()).object()["pickle"].toObject();
+        QCOMPARE(j["protocol"].toInt(), 4);
+        QCOMPARE(j["classes"].toObject()["nnscaler.ir.adapter.adapter.IRAdapter"].toInt(), 18);
+        QTemporaryDir dir;
+        QFile in(pkl), cut(dir.filePath("cut.pkl"));
+        QVERIFY(in.open(QIODevice::ReadOnly) && cut.open(QIODevice::WriteOnly));
+        cut.write(in.read(5000));
+        cut.close();
+        auto bad = trainverify({"inspect", dir.filePath("cut.pkl")});
+        QCOMPARE(bad.exitCode, 3);
+        QVERIFY2(bad.err.contains("not a readable pickle: byte "), qPrintable(bad.err));
+        auto v = trainverify({"verify", pkl});
+        QCOMPARE(v.exitCode, 3);
+        QVERIFY2(v.out.contains("is a Python pickle"), qPrintable(v.out));
+    }
+
     // generate writes a plan that verifies, and --verify exits with the verdict's code.
     void generateThenVerify() {
         QTemporaryDir dir;

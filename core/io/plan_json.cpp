@@ -1,5 +1,6 @@
 #include "io/plan_json.hpp"
 #include "io/plan_repeats.hpp"
+#include "pickle/pickle.hpp"
 
 #include <algorithm>
 #include <fstream>
@@ -870,6 +871,12 @@ PlanLoadResult readPlanJson(const json& doc) {
 }
 
 PlanLoadResult readPlanText(const std::string& text) {
+    if (pickle::looksLikePickle(text)) {
+        PlanLoadResult r;
+        r.problems.push_back({"", "this is a Python pickle (an nnScaler plan?), not a JSON plan: `trainverify inspect` shows what a pickle "
+                                  "holds; verifying pickled plans is not supported yet (docs/nnscaler.md)"});
+        return r;
+    }
     json doc;
     try {
         doc = json::parse(text, nullptr, true, false);
