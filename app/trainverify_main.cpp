@@ -24,7 +24,7 @@ constexpr const char* kUsage = R"(trainverify - proves a distributed training pl
 Usage:
   trainverify verify PLAN.json [--jobs N] [--timeout SECONDS] [--json REPORT.json|-] [--stats] [--no-reduce] [--no-reuse]
   trainverify inspect PLAN.json [--json]
-  trainverify generate --model MODEL [--dp N] [--tp N] [--pp N] [--microbatches N] [--sp] [--ep N] [--cp N] [--zero 1|2|3]
+  trainverify generate --model MODEL [--dp N] [--tp N] [--pp N] [--microbatches N] [--sp] [--ep N] [--cp N [--cp-comm all_gather|p2p]] [--zero 1|2|3]
                        [--schedule 1f1b|gpipe] [--layers N] [--global-batch N] [--optimizer adamw|sgd]
                        [--hidden N] [--heads N] [--kv-heads N] [--ffn N] [--vocab N] [--seq N]
                        [--clip-grad NORM] [--format 1|2|3] [--verify] -o PLAN.json
@@ -50,7 +50,8 @@ generate Writes one whole training step (forward, backward, gradient reduction, 
          override the preset. --zero splits optimizer state (2: and gradients; 3: and
          weights) over the dp replicas. --ep N splits DeepSeek's experts over the tp group
          (N = --tp). --cp N splits the sequence over a group of N ranks (context
-         parallelism, with or without --tp). Under --tp the embedding and the
+         parallelism, with or without --tp); --cp-comm p2p makes its attention a ring
+         (K/V blocks passed around the cp group, online softmax) instead of all-gathering K and V. Under --tp the embedding and the
          cross-entropy are vocab-parallel. --verify verifies the
          written plan. --format 3 (the default) stores data-parallel replicas,
          microbatches and repeated blocks (identical layers) once; 2 stores only
@@ -321,6 +322,11 @@ int cmdGenerate(const std::vector<std::string>& args) {
         else if (a == "--microbatches" || a == "--nm") { if (!degree("--microbatches", o.microbatches)) return 3; }
         else if (a == "--ep") { if (!degree("--ep", o.ep)) return 3; }
         else if (a == "--cp") { if (!degree("--cp", o.cp)) return 3; }
+        else if (a == "--cp-comm") {
+            auto* v = value();
+            if (!v) return usageError("--cp-comm needs all_gather or p2p");
+            o.cpComm = *v;
+        }
         else if (a == "--zero") {
             if (!count("--zero", n)) return 3;
             if (n < 1 || n > 3) return usageError("--zero must be 1, 2 or 3");

@@ -114,8 +114,12 @@ private slots:
                 row("dp2 cp2 pp2 nm2 zero1", [](Options& o) { o.dp = o.cp = o.pp = o.microbatches = 2; o.zero = 1; });
                 row("tp2 cp2", [](Options& o) { o.tp = o.cp = 2; });
                 row("dp2 tp2 cp2 pp2 nm2", [](Options& o) { o.dp = o.tp = o.cp = o.pp = o.microbatches = 2; });
+                row("cp2 ring", [](Options& o) { o.cp = 2; o.cpComm = "p2p"; });
+                row("tp2 cp2 ring", [](Options& o) { o.tp = o.cp = 2; o.cpComm = "p2p"; });
+                row("dp2 cp2 pp2 nm2 zero1 ring", [](Options& o) { o.dp = o.cp = o.pp = o.microbatches = 2; o.zero = 1; o.cpComm = "p2p"; });
             }
         }
+        QTest::newRow("llama3 cp4 ring") << with(small("llama3"), [](Options& o) { o.cp = 4; o.cpComm = "p2p"; });
         QTest::newRow("llama3 dp4 tp2 nm2") << with(small("llama3"), [](Options& o) { o.dp = 4; o.tp = 2; o.microbatches = 2; });
         QTest::newRow("deepseek tp2 ep2") << with(small("deepseek"), [](Options& o) { o.tp = 2; o.ep = 2; });
         QTest::newRow("deepseek softmax gate, no groups, full-rank q") << with(small("deepseek"), [](Options& o) {
@@ -397,6 +401,78 @@ private slots:
         QVERIFY(verifyPlan(*res.plan).verdict == Verdict::Equivalent);
     }
 
+    // Ring attention (--cp-comm p2p): no rank gathers K or V; each K/V block goes around the cp
+    // group by send/recv (cp - 1 steps), and in the backward the dk and dv of each block travel
+    // with it and are sent home; the softmax is merged online, and it is proven exact through the
+    // exp identities (plan-format.md §3.10).
+    void ringAttention() {
+        auto doc = generateDoc(with(small("llama3"), [](Options& o) { o.cp = 4; o.cpComm = "p2p"; }));
+        int gathers = 0, forwardSends = 0, backwardSends = 0, merges = 0;
+        for (const auto& op : doc["parallel"]["ops"]) {
+            const std::string id = op["id"];
+            if (op["op"] == "all_gather" && id.find("attention") != std::string::npos) ++gathers;
+            if (op["op"] == "send_recv" && id.find(".ring.") != std::string::npos) {
+                // always to the next member of the ring: cp ranks are consecutive here (no tp)
+                QCOMPARE((op["group"][0].get<int>() + 1) % 4, op["group"][1].get<int>());
+                ++(id.find(".ring.backward.") != std::string::npos ? backwardSends : forwardSends);
+            }
+            if (id.find(".ring.running_max.") != std::string::npos) ++merges;
+        }
+        QCOMPARE(gathers, 0);
+        const int layers = 2, cp = 4;
+        QCOMPARE(forwardSends, layers * 2 * cp * (cp - 1));         // K and V, every member, every step
+        QCOMPARE(backwardSends, layers * 2 * (cp * (cp - 1) + cp));  // dk and dv accumulators, then home
+        QCOMPARE(merges, layers * cp * (cp - 1));
+        auto res = readPlanJson(doc);
+        QVERIFY(res.ok());
+        auto rep = verifyPlan(*res.plan);
+        QVERIFY2(rep.verdict == Verdict::Equivalent, reportToText(rep).c_str());
+        std::uint32_t expLog = 0;
+        for (const auto& r : rep.results) expLog += r.tiers.expLog;
+        QVERIFY(expLog > 0);  // the merges need the exp identities
+    }
+
+    // Ring attention's bugs are caught: in the forward at the output its merge produces, in the
+    // backward at the gradient the broken dataflow reaches.
+    void ringAttentionBugsAreCaught_data() {
+        QTest::addColumn<QStringList>("ops");       // the ops whose input is replaced
+        QTest::addColumn<int>("input");
+        QTest::addColumn<QString>("replacement");   // "OP": the tensor OP writes; "OP#i": OP's input i
+        QTest::addColumn<QString>("caughtAt");
+        const QString p = "layers.0.attention.ring.";
+        QTest::newRow("old running output not rescaled") << QStringList{p + "old_out.step1@r0"} << 1 << p + "rescale_block.step1@r0" << p + "normalise@r0";
+        QTest::newRow("own K block used twice") << QStringList{p + "scores.step1@r0"} << 1 << p + "scores.step0@r0#1" << p + "normalise@r0";
+        QTest::newRow("old and new blocks shifted differently") << QStringList{p + "block_minus_max.step1@r0"} << 1 << p + "max.step1@r0"
+                                                               << p + "normalise@r0";
+        QTest::newRow("softmax gradient without D") << QStringList{p + "backward.dscores_unscaled.step0@r0"} << 1 << p + "backward.dprobs.step0@r0"
+                                                   << p + "backward.dq.step1@r0";
+        QTest::newRow("dk accumulator dropped on the way") << QStringList{p + "backward.dk_acc.step1@r1"} << 0 << p + "backward.dk_part.step1@r1"
+                                                          << p + "backward.dk.home.send@r0";
+        // Both blocks shifted by the block's own maximum: the forward stays exact (any common shift
+        // cancels, and the exp identities prove it), but the backward recomputes the probabilities
+        // from the saved running maximum, which no longer matches the saved sum.
+        QTest::newRow("block maximum instead of the running one")
+            << QStringList{p + "old_minus_max.step1@r0", p + "block_minus_max.step1@r0"} << 1 << p + "max.step1@r0" << p + "backward.dq.step1@r0";
+    }
+    void ringAttentionBugsAreCaught() {
+        QFETCH(QStringList, ops);
+        QFETCH(int, input);
+        QFETCH(QString, replacement);
+        QFETCH(QString, caughtAt);
+        auto doc = generateDoc(with(small("llama3"), [](Options& o) { o.layers = 1; o.cp = 2; o.cpComm = "p2p"; }));
+        std::map<std::string, json*> byId;
+        for (auto& o : doc["parallel"]["ops"]) byId[o["id"].get<std::string>()] = &o;
+        std::string from = replacement.section('#', 0, 0).toStdString();
+        QVERIFY2(byId.count(from), from.c_str());
+        const std::string tensor = replacement.contains('#') ? (*byId[from])["inputs"][replacement.section('#', 1).toUInt()].get<std::string>()
+                                                             : (*byId[from])["outputs"][0].get<std::string>();
+        for (const auto& op : ops) {
+            QVERIFY2(byId.count(op.toStdString()), qPrintable(op));
+            (*byId[op.toStdString()])["inputs"][static_cast<std::size_t>(input)] = tensor;
+        }
+        QCOMPARE(QString::fromStdString(failingOpOf(doc)), caughtAt);
+    }
+
     // Bugs in a context-parallel plan are caught where they are: K gathered over the cp group in
     // the wrong member order, or the parts of a weight gradient over the sequence averaged
     // (as a data-parallel reducer would) instead of added.
@@ -558,6 +634,8 @@ private slots:
         row("sp on mlp", with(small("mlp"), [](Options& o) { o.tp = 2; o.sequenceParallel = true; }), "no sequence dim");
         row("ep without experts", with(small("llama3"), [](Options& o) { o.ep = 2; }), "needs a model with experts");
         row("cp with sp", with(small("llama3"), [](Options& o) { o.cp = 2; o.tp = 2; o.sequenceParallel = true; }), "--cp with --sp");
+        row("ring attention without cp", with(small("llama3"), [](Options& o) { o.cpComm = "p2p"; }), "--cp-comm p2p (ring attention) needs --cp 2 or more");
+        row("unknown cp communication", with(small("llama3"), [](Options& o) { o.cp = 2; o.cpComm = "a2a"; }), "--cp-comm must be all_gather or p2p");
         row("cp on mlp", with(small("mlp"), [](Options& o) { o.cp = 2; }), "no sequence dim to split");
         row("cp does not divide seq", with(small("llama3"), [](Options& o) { o.cp = 3; o.seq = 16; }), "cp 3 does not divide the sequence length 16");
         row("zero without dp", with(small("llama3"), [](Options& o) { o.zero = 1; }), "--zero 1 needs --dp 2 or more");

@@ -19,6 +19,9 @@ struct GenerateOptions {
     int dp = 1, tp = 1, pp = 1, microbatches = 1;
     bool sequenceParallel = false;
     int ep = 1, cp = 1, zero = 0;
+    /// Context parallelism's attention: "all_gather" (K and V all-gathered, as Llama 3 trained) or
+    /// "p2p" (ring attention: K/V blocks passed around the cp group, online softmax).
+    std::string cpComm = "all_gather";
     std::string schedule = "1f1b";
     std::optional<std::int64_t> globalBatch;  ///< default: one sequence per microbatch per replica
     std::string optimizer = "adamw";

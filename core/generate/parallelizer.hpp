@@ -42,6 +42,9 @@ struct ParallelConfig {
     /// all-gathers K and V (as Llama 3's training did), and contractions over the sequence (the
     /// weight gradients, the mean loss) become partial sums reduced over the cp group.
     int cp = 1;
+    /// Context parallelism's attention as a ring (Megatron's cp_comm_type "p2p"): K/V blocks passed
+    /// around the cp group, an online softmax merging the blocks; false: K and V all-gathered.
+    bool cpRing = false;
 };
 
 /// Returns the "logical", "parallel" and "lineage" members of a plan file (format version 1, or
