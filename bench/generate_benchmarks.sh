@@ -2,10 +2,12 @@
 # Generates and verifies training-step plans with `trainverify generate` and prints a Markdown
 # table (paste it into docs/benchmarks.md): generation time, file size, ops stored and written
 # out, stages, unique stages, verification time and peak memory.
-# Usage: bash bench/generate_benchmarks.sh [JOBS]   (needs a built tree and python3)
+# Usage: bash bench/generate_benchmarks.sh [JOBS] [MATCH]   (needs a built tree and python3)
+#        MATCH: run only the configurations whose text contains it (e.g. p2p)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=${1:-2}
+match=${2:-}
 tv=./build/app/trainverify
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
@@ -22,10 +24,13 @@ configs=(
   "llama3-8b --dp 2 --cp 2 --pp 2 --microbatches 2"
   "llama3-70b --dp 16 --cp 8 --pp 4 --microbatches 32"
   "llama3-70b --dp 16 --tp 8 --cp 2 --pp 4 --microbatches 32"
+  "llama3-8b --dp 2 --cp 2 --pp 2 --microbatches 2 --cp-comm p2p"
+  "llama3-70b --dp 16 --cp 8 --pp 4 --microbatches 32 --cp-comm p2p"
 )
 echo "| configuration | generate s | file MB | parallel ops stored | written out | stages | unique | tying lanes | verdict | verify s (wall) | of which load s | peak MiB |"
 echo "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|"
 for cfg in "${configs[@]}"; do
+  [[ -n "$match" && "$cfg" != *"$match"* ]] && continue
   set -- $cfg
   model=$1; shift
   p="$out/plan.json"

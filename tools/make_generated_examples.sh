@@ -24,3 +24,5 @@ $tv generate --model llama3 --layers 1 --cp 2 --format 2 -o $out/llama3-cp2.json
 # 3, the generator's default): replicas and microbatches once, and each block after the first on
 # a stage a repeat of the one before it, renamed and shifted to its ranks.
 $tv generate --model llama3 --layers 4 --dp 2 --tp 2 --pp 2 --microbatches 2 -o $out/llama3-l4-dp2-tp2-pp2-nm2-repeats.json
+# Ring attention: the same block with K/V passed around the cp group and an online softmax.
+$tv generate --model llama3 --layers 1 --cp 2 --cp-comm p2p --format 2 -o $out/llama3-cp2-ring.json
