@@ -7,11 +7,13 @@
 #include <iostream>
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "generate/generator.hpp"
 #include "io/plan_json.hpp"
+#include "nnscaler/nnscaler_plan.hpp"
 #include "pickle/pickle.hpp"
 #include "verify/symmetry.hpp"
 #include "ops/registry.hpp"
@@ -180,15 +182,75 @@ int inspectPickle(const std::string& path, bool asJson) {
     std::vector<std::pair<std::size_t, std::string>> byCount;
     for (const auto& [name, n] : counts) byCount.emplace_back(n, name);
     std::stable_sort(byCount.begin(), byCount.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    // An nnScaler plan: its per-device programs.
+    std::optional<tv::nnscaler::Plan> plan;
+    if (doc.className(doc.root) == "nnscaler.codegen.module.module.ModuleCodeGen") {
+        try {
+            plan = tv::nnscaler::readPlan(doc);
+        } catch (const tv::nnscaler::NnScalerError& e) {
+            std::fprintf(stderr, "trainverify: %s: not a readable nnScaler plan: %s\n", path.c_str(), e.what());
+            return 3;
+        }
+    }
+    std::map<std::string, std::size_t> operators, primitives;
+    nlohmann::json devices = nlohmann::json::array();
+    if (plan)
+        for (const auto& [dev, cells] : plan->programs) {
+            std::map<std::string, std::size_t> kinds;
+            std::size_t prims = 0;
+            for (const auto& c : cells) {
+                ++kinds[tv::nnscaler::toString(c.kind)];
+                if (c.kind == tv::nnscaler::CellKind::Forward) ++operators[c.signature];
+                for (const auto& p : c.primitives) {
+                    ++primitives[p.kind];
+                    ++prims;
+                }
+            }
+            nlohmann::json d = {{"device", dev}, {"primitives", prims}};
+            for (const auto& [k, n] : kinds) d[k] = n;
+            devices.push_back(std::move(d));
+        }
     if (asJson) {
         nlohmann::json classes = nlohmann::json::object();
         for (const auto& [name, n] : counts) classes[name] = n;
         nlohmann::json j = {{"pickle", {{"protocol", doc.protocol}, {"objects", doc.nodes.size()}, {"root", doc.className(doc.root)}, {"classes", classes}}}};
+        if (plan)
+            j["nnscaler"] = {{"devices", plan->devices.size()}, {"runtime_ranks", plan->runtimeRanks}, {"data_parallel", plan->dataParallel()},
+                             {"microbatches", plan->microbatches}, {"sub_tensors", plan->tensors.size()}, {"programs", devices},
+                             {"operators", operators}, {"primitives", primitives}};
         std::cout << j.dump(2) << "\n";
         return 0;
     }
     std::cout << "pickle        " << path << " (protocol " << doc.protocol << ", " << doc.nodes.size() << " objects)\n";
     std::cout << "root          " << (doc.className(doc.root).empty() ? doc.describe(doc.root) : doc.className(doc.root)) << "\n";
+    if (plan) {
+        std::cout << "nnScaler plan " << plan->devices.size() << " devices, " << plan->runtimeRanks << " runtime ranks (dp " << plan->dataParallel()
+                  << "), " << plan->microbatches << " microbatch(es), " << plan->tensors.size() << " sub-tensors\n";
+        for (const auto& d : devices) {
+            std::cout << "  device " << d["device"].get<int>() << ":";
+            const char* sep = " ";
+            for (auto [k, label] : {std::pair{"data loader", "data loaders"}, {"forward", "forward ops"}, {"backward", "backward ops"},
+                                    {"adapter", "adapters"}, {"reducer", "reducers"}})
+                if (d.contains(k)) {
+                    std::cout << sep << d[k].get<std::size_t>() << " " << label;
+                    sep = ", ";
+                }
+            std::cout << " (" << d["primitives"].get<std::size_t>() << " primitives)\n";
+        }
+        auto line = [](const char* label, const std::map<std::string, std::size_t>& m) {
+            std::cout << label;
+            bool first = true;
+            for (const auto& [k, n] : m) {
+                std::cout << (first ? "" : ", ") << k << " " << n;
+                first = false;
+            }
+            std::cout << "\n";
+        };
+        line("operators     ", operators);
+        line("primitives    ", primitives);
+        std::cout << "note          verifying nnScaler plans is not built yet (docs/nnscaler.md)\n";
+        return 0;
+    }
     std::cout << "classes       " << counts.size() << " distinct; the most frequent:\n";
     for (std::size_t k = 0; k < byCount.size() && k < 25; ++k) std::printf("  %8zu  %s\n", byCount[k].first, byCount[k].second.c_str());
     return 0;

@@ -156,11 +156,14 @@ private slots:
         const QString pkl = QStringLiteral(TV_SOURCE_DIR "/resources/nnscaler-plans/mlp_mgener_dp1_pp1_tp2_nm1_gbs16_dim1024_ly2.pkl");
         auto r = trainverify({"inspect", pkl});
         QCOMPARE(r.exitCode, 0);
-        for (const char* s : {"protocol 4", "nnscaler.codegen.module.module.ModuleCodeGen", "nnscaler.ir.tensor.IRSubTensor"})
+        for (const char* s : {"protocol 4", "nnscaler.codegen.module.module.ModuleCodeGen", "nnScaler plan 2 devices, 2 runtime ranks (dp 1)",
+                              "device 1: 1 data loaders, 3 forward ops, 3 backward ops, 6 adapters, 1 reducers", "torch.nn.functional.linear 4"})
             QVERIFY2(r.out.contains(QString::fromLatin1(s)), s);
-        auto j = QJsonDocument::fromJson(trainverify({"inspect", pkl, "--json"}).out.toUtf8()).object()["pickle"].toObject();
+        auto all = QJsonDocument::fromJson(trainverify({"inspect", pkl, "--json"}).out.toUtf8()).object();
+        auto j = all["pickle"].toObject();
         QCOMPARE(j["protocol"].toInt(), 4);
         QCOMPARE(j["classes"].toObject()["nnscaler.ir.adapter.adapter.IRAdapter"].toInt(), 18);
+        QCOMPARE(all["nnscaler"].toObject()["programs"].toArray().size(), 2);
         QTemporaryDir dir;
         QFile in(pkl), cut(dir.filePath("cut.pkl"));
         QVERIFY(in.open(QIODevice::ReadOnly) && cut.open(QIODevice::WriteOnly));
