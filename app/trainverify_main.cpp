@@ -212,8 +212,9 @@ int inspectPickle(const std::string& path, bool asJson) {
         }
     if (asJson) {
         nlohmann::json classes = nlohmann::json::object();
-        for (const auto& [name, n] : counts) classes[name] = n;
-        nlohmann::json j = {{"pickle", {{"protocol", doc.protocol}, {"objects", doc.nodes.size()}, {"root", doc.className(doc.root)}, {"classes", classes}}}};
+        for (const auto& [name, n] : counts) classes[tv::pickle::validUtf8(name)] = n;
+        nlohmann::json j = {{"pickle",
+                             {{"protocol", doc.protocol}, {"objects", doc.nodes.size()}, {"root", tv::pickle::validUtf8(doc.className(doc.root))}, {"classes", classes}}}};
         if (plan)
             j["nnscaler"] = {{"devices", plan->devices.size()}, {"runtime_ranks", plan->runtimeRanks}, {"data_parallel", plan->dataParallel()},
                              {"microbatches", plan->microbatches}, {"sub_tensors", plan->tensors.size()}, {"programs", devices},

@@ -162,6 +162,16 @@ private slots:
             QVERIFY2(kinds.count(k), k);
     }
 
+    /// Constants are bounded: a list that holds itself several times, written as JSON, stays small.
+    void constantsOfCyclesStaySmall() {
+        // [L, L, L, L, L, L] where L is the list itself (memo 0)
+        auto data = QByteArray::fromHex("80045d9428680068006800680068006800652e");
+        auto doc = pickle::read(std::string_view(data.constData(), static_cast<std::size_t>(data.size())));
+        auto j = constantOf(doc, doc.root);
+        QVERIFY(j.is_array());
+        QVERIFY(j.dump().size() < 100000);
+    }
+
     void notAnNnScalerPlan() {
         // a pickled OrderedDict: a pickle, but not a plan
         auto data = QByteArray::fromHex("800263636f6c6c656374696f6e730a4f726465726564446963740a7100295271012858010000006171024b0158010000006271035d7104284b024b0365752e");

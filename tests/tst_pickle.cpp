@@ -242,6 +242,50 @@ private slots:
         if (!readsOrRefuses(data, &msg)) QVERIFY2(msg.rfind("byte ", 0) == 0, msg.c_str());
     }
 
+    /// A second BUILD updates the state as Python does (later keys win), into a new dict, so a
+    /// state merged into itself does not double.
+    void buildUpdatesState() {
+        auto doc = read(fromHex("8004636d0a410a29817d8c01784b0173627d8c01784b0273622e"));
+        auto* x = doc.attr(doc.root, "x");
+        QVERIFY(x && x->kind == Kind::Int);
+        QCOMPARE(x->i, std::int64_t(2));
+        std::string self = fromHex("8004636d0a410a29817d71014e4e7362");
+        for (int k = 0; k < 40; ++k) self += fromHex("680162");
+        self += ".";
+        auto merged = read(self);
+        const auto& st = merged.node(merged.node(merged.root).state);
+        QCOMPARE(st.entries.size(), std::size_t(1));  // None: None, once
+    }
+
+    /// Integers that fit in 64 bits are integers however they are written.
+    void integersThatFit() {
+        auto a = read(fromHex("49393030303030303030303030303030303030300a2e"));  // INT 9000000000000000000
+        QVERIFY(a.root.kind == Kind::Int);
+        QCOMPARE(a.root.i, std::int64_t(9000000000000000000));
+        auto b = read(fromHex("80028a090500000000000000002e"));  // LONG1 of 5 in 9 bytes
+        QVERIFY(b.root.kind == Kind::Int);
+        QCOMPARE(b.root.i, std::int64_t(5));
+        auto c = read(fromHex("80028a09ffffffffffffffffff2e"));  // -1 in 9 bytes
+        QCOMPARE(c.root.i, std::int64_t(-1));
+    }
+
+    void validUtf8_data() {
+        QTest::addColumn<QByteArray>("in");
+        QTest::addColumn<QByteArray>("out");
+        QTest::newRow("ascii") << QByteArray("abc") << QByteArray("abc");
+        QTest::newRow("two-byte") << QByteArray("h\xc3\xa9") << QByteArray("h\xc3\xa9");
+        QTest::newRow("lone continuation") << QByteArray("a\xa9" "b") << QByteArray("a\xef\xbf\xbd" "b");
+        QTest::newRow("truncated") << QByteArray("a\xc3") << QByteArray("a\xef\xbf\xbd");
+        QTest::newRow("surrogate") << QByteArray("\xed\xa0\x80") << QByteArray("\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");
+        QTest::newRow("overlong") << QByteArray("\xc0\xaf") << QByteArray("\xef\xbf\xbd\xef\xbf\xbd");
+    }
+    void validUtf8() {
+        QFETCH(QByteArray, in);
+        QFETCH(QByteArray, out);
+        auto got = tv::pickle::validUtf8(std::string_view(in.constData(), static_cast<std::size_t>(in.size())));
+        QCOMPARE(QByteArray(got.data(), static_cast<qsizetype>(got.size())), out);
+    }
+
     void missingFileIsAnError() {
         QVERIFY_THROWS_EXCEPTION(PickleError, readFile("/nonexistent/plan.pkl"));
     }

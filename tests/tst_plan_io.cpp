@@ -193,6 +193,32 @@ private slots:
             "/logical/tensors", "the repeats write out more than");
     }
 
+    /// Repeats that copy copies can grow names without growing the entry count: the bytes they
+    /// write out are bounded too, before anything is copied. A rank shifted past any range is
+    /// reported, not overflowed. A file nested deeper than any plan is refused at parse time.
+    void repeatsAndNestingAreBounded() {
+        json doc = loadJson("mlp-tp2.json");  // version 1: written-out indices are file indices
+        doc["version"] = 3;
+        auto& ts = doc["logical"]["tensors"];
+        ts.push_back(json{{"id", std::string(1 << 20, 'a')}, {"shape", {1}}});
+        for (int k = 0; k < 12; ++k)  // each copies the one before, with every name four times longer
+            ts.push_back(json{{"repeat", {{"from", static_cast<int>(ts.size()) - 1}, {"count", 1}, {"rename", {{"a", "aaaa"}}}}}});
+        auto res = readPlanJson(doc);
+        QVERIFY(!res.ok());
+        bool names = false;
+        for (const auto& p : res.problems) names = names || p.message.find("MiB of names") != std::string::npos;
+        QVERIFY2(names, res.problems.front().toString().c_str());
+        doc = loadJson(kRepeats);
+        auto* rep = firstRepeat(doc, "/parallel/ops", true);
+        (*rep)["repeat"]["rank_shift"] = 1 << 24;
+        res = readPlanJson(doc);
+        QVERIFY(!res.ok());
+        std::string deep = "{\"format\": \"trainverify-plan\", \"version\": 1, \"x\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
+        res = readPlanText(deep);
+        QVERIFY(!res.ok());
+        QVERIFY2(res.problems.front().message.find("nests deeper than 256") != std::string::npos, res.problems.front().message.c_str());
+    }
+
     /// A problem in an entry a repeat wrote out is reported at that repeat, naming the entry it
     /// copied and the renamed op.
     void problemsInWrittenOutEntriesNameTheRepeat() {

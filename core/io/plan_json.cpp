@@ -878,8 +878,20 @@ PlanLoadResult readPlanText(const std::string& text) {
         return r;
     }
     json doc;
+    // Plans nest a few levels; a file nested thousands deep would overflow the stack of every
+    // recursive copy and comparison of the document later.
+    struct TooDeep {};
+    constexpr int kMaxDepth = 256;
+    json::parser_callback_t depthCheck = [](int depth, json::parse_event_t, json&) {
+        if (depth > kMaxDepth) throw TooDeep{};
+        return true;
+    };
     try {
-        doc = json::parse(text, nullptr, true, false);
+        doc = json::parse(text, depthCheck, true, false);
+    } catch (const TooDeep&) {
+        PlanLoadResult r;
+        r.problems.push_back({"", "the JSON nests deeper than " + std::to_string(kMaxDepth) + " levels; a plan file needs a handful"});
+        return r;
     } catch (const json::parse_error& e) {
         PlanLoadResult r;
         std::string what = e.what();

@@ -13,7 +13,9 @@ using json = nlohmann::json;
 namespace {
 
 bool isDigit(char c) { return c >= '0' && c <= '9'; }
-bool isWordChar(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
+/// Letters, '_' and every byte of a multi-byte UTF-8 character (so a rename key never starts or
+/// ends inside one).
+bool isWordChar(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || static_cast<unsigned char>(c) >= 0x80; }
 
 }  // namespace
 
@@ -77,12 +79,31 @@ void renameEntry(json& e, const Rename& rename, std::int64_t rankShift) {
         }
     };
     if (!rename.empty()) walk(e);
+    // Ranks far out of range are left as they are (the reader reports them) rather than overflow.
+    auto shift = [&](json& r) {
+        if (!r.is_number_integer()) return;
+        const auto x = r.get<std::int64_t>();
+        if (x > -(std::int64_t(1) << 40) && x < (std::int64_t(1) << 40)) r = x + rankShift;
+    };
     if (rankShift != 0 && e.is_object()) {
-        if (auto it = e.find("rank"); it != e.end() && it->is_number_integer()) *it = it->get<std::int64_t>() + rankShift;
+        if (auto it = e.find("rank"); it != e.end()) shift(*it);
         if (auto it = e.find("group"); it != e.end() && it->is_array())
-            for (auto& r : *it)
-                if (r.is_number_integer()) r = r.get<std::int64_t>() + rankShift;
+            for (auto& r : *it) shift(r);
     }
+}
+
+/// The bytes of all strings in a value (iteratively: no recursion on the file's nesting).
+std::size_t stringBytes(const json& v) {
+    std::size_t n = 0;
+    std::vector<const json*> todo{&v};
+    while (!todo.empty()) {
+        const json* x = todo.back();
+        todo.pop_back();
+        if (x->is_string()) n += x->get_ref<const std::string&>().size();
+        else if (x->is_array() || x->is_object())
+            for (const auto& c : *x) todo.push_back(&c);
+    }
+    return n;
 }
 
 }  // namespace
@@ -108,7 +129,7 @@ std::string RepeatOrigins::entryPath(const std::string& array, std::size_t i) co
 RepeatExpansion expandRepeats(const json& doc) {
     RepeatExpansion r;
     r.doc = doc;
-    std::size_t total = 0;
+    std::size_t total = 0, bytes = 0;
     auto fail = [&](const std::string& path, const std::string& msg) {
         if (r.problems.size() < kMaxProblems) r.problems.push_back({path, msg});
     };
@@ -203,10 +224,20 @@ RepeatExpansion expandRepeats(const json& doc) {
             if (!ok) continue;
             total += static_cast<std::size_t>(count);
             if (total > kMaxExpandedEntries) break;
+            // Renames can grow names with every repeat that copies a copy: bound the bytes too,
+            // before copying (a renamed string grows at most by the largest value/key ratio).
+            std::size_t growth = 1;
+            for (const auto& [k, v] : pairs) growth = std::max(growth, (v.size() + k.size() - 1) / k.size());
             Rename rename(std::move(pairs));
             for (std::int64_t t = from; t < from + count; ++t) {
-                json copy = out[static_cast<std::size_t>(t)];
+                const auto& source = out[static_cast<std::size_t>(t)];
+                if (bytes + stringBytes(source) * growth > kMaxExpandedBytes) {
+                    fail(path, "the repeats write out more than " + std::to_string(kMaxExpandedBytes >> 20) + " MiB of names");
+                    return r;
+                }
+                json copy = source;
                 renameEntry(copy, rename, shift);
+                bytes += stringBytes(copy);
                 out.push_back(std::move(copy));
                 origins.push_back({path, t});
             }

@@ -56,8 +56,8 @@ public:
         if (doc_.className(doc_.root) != kModuleCodeGen)
             fail("", "the pickle holds " + describeClass(doc_.root) + ", not an nnScaler plan (a " + kModuleCodeGen + ")");
         const auto& exec = need(doc_.root, "execplan", "");
-        for (const auto& d : list(need(doc_.root, "devices", ""), "devices")) plan_.devices.push_back(static_cast<int>(integer(d, "devices[]")));
-        plan_.runtimeRanks = static_cast<int>(integer(need(doc_.root, "runtime_ndevs", ""), "runtime_ndevs"));
+        for (const auto& d : list(need(doc_.root, "devices", ""), "devices")) plan_.devices.push_back(small(d, "devices[]"));
+        plan_.runtimeRanks = small(need(doc_.root, "runtime_ndevs", ""), "runtime_ndevs", 1);
         if (plan_.devices.empty()) fail("devices", "the plan has no devices");
         if (plan_.runtimeRanks < static_cast<int>(plan_.devices.size()) || plan_.runtimeRanks % static_cast<int>(plan_.devices.size()) != 0)
             fail("runtime_ndevs", std::to_string(plan_.runtimeRanks) + " runtime ranks are not a multiple of the " +
@@ -66,7 +66,7 @@ public:
         auto* seq = doc_.as(need(exec, "_seq", "execplan"), Kind::Dict);
         if (!seq) fail("execplan._seq", "the per-device programs are not a dict");
         for (const auto& [key, cells] : seq->entries) {
-            const int dev = static_cast<int>(integer(key, "execplan._seq key"));
+            const int dev = small(key, "execplan._seq key");
             const auto base = "execplan._seq[" + std::to_string(dev) + "]";
             if (std::find(plan_.devices.begin(), plan_.devices.end(), dev) == plan_.devices.end())
                 fail(base, "device " + std::to_string(dev) + " is not one of the plan's devices");
@@ -111,7 +111,7 @@ private:
             if (args && args->items.size() == 2) {
                 auto* bytes = doc_.as(args->items[1], Kind::Bytes);
                 auto code = numpyDtype(doc_, args->items[0]);
-                if (bytes && (code == "i8" || code == "u8") && bytes->text.size() == 8) {
+                if (bytes && code == "i8" && bytes->text.size() == 8) {
                     std::int64_t x;
                     std::memcpy(&x, bytes->text.data(), 8);  // little-endian, as numpy pickles on x86
                     return x;
@@ -125,13 +125,19 @@ private:
         }
         fail(path, "expected an integer, found " + doc_.describe(v, 1));
     }
+    /// An integer that must lie in [lo, hi] (devices, ranks, microbatches).
+    int small(const Value& v, const std::string& path, std::int64_t lo = 0, std::int64_t hi = std::int64_t(1) << 24) const {
+        const auto x = integer(v, path);
+        if (x < lo || x > hi) fail(path, std::to_string(x) + " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+        return static_cast<int>(x);
+    }
     bool flag(const Value& obj, const char* key) const {
         auto* v = doc_.attr(obj, key);
         return v && v->kind == Kind::Bool && v->b;
     }
     std::string string(const Value& v) const {
         auto* s = doc_.str(v);
-        return s ? *s : std::string();
+        return s ? pickle::validUtf8(*s) : std::string();
     }
     std::int64_t idOf(const Value& obj, const std::string& path) const { return integer(need(obj, "_id", path), path + "._id"); }
 
@@ -140,7 +146,7 @@ private:
         auto* graph = maybe(exec, "_graph");
         auto* sched = graph ? maybe(*graph, "_sched") : nullptr;
         if (!sched) return;
-        if (auto* nm = maybe(*sched, "_num_microbatches")) plan_.microbatches = static_cast<int>(integer(*nm, "_sched._num_microbatches"));
+        if (auto* nm = maybe(*sched, "_num_microbatches")) plan_.microbatches = small(*nm, "_sched._num_microbatches", 1);
         const auto& seqs = list(need(*sched, "_seqs", "execplan._graph._sched"), "execplan._graph._sched._seqs");
         const auto& topo = list(need(exec, "_topo_seqs", "execplan"), "execplan._topo_seqs");
         if (seqs.size() != topo.size())
@@ -149,7 +155,7 @@ private:
         for (std::size_t i = 0; i < seqs.size(); ++i) {
             if (doc_.className(seqs[i]) != kBlock) continue;
             const auto path = "execplan._graph._sched._seqs[" + std::to_string(i) + "]";
-            const int mb = static_cast<int>(integer(need(seqs[i], "_micro_batch_id", path), path + "._micro_batch_id"));
+            const int mb = small(need(seqs[i], "_micro_batch_id", path), path + "._micro_batch_id");
             if (doc_.className(topo[i]) == kReuse) microbatchOfReuse_[idOf(topo[i], "execplan._topo_seqs[" + std::to_string(i) + "]")] = mb;
         }
     }
@@ -308,7 +314,7 @@ private:
                 const auto p = path + "._prims[" + std::to_string(i) + "]";
                 Primitive prim;
                 auto pc = doc_.className(prims[i]);
-                prim.kind = pc.substr(pc.rfind('.') + 1);
+                prim.kind = pickle::validUtf8(pc.substr(pc.rfind('.') + 1));
                 prim.inputs = tensorIds(prims[i], "_inputs", p);
                 prim.outputs = tensorIds(prims[i], "_outputs", p);
                 prim.kwargs = kwargs(prims[i], "kwargs");
@@ -323,7 +329,7 @@ private:
             c.kind = CellKind::Reducer;
             c.microbatch = -1;
             c.inputs = operands(v, "_inputs", path);
-            for (const auto& d : list(need(v, "_device", path), path + "._device")) c.devices.push_back(static_cast<int>(integer(d, path + "._device[]")));
+            for (const auto& d : list(need(v, "_device", path), path + "._device")) c.devices.push_back(small(d, path + "._device[]"));
         } else {
             fail(path, "unknown cell: " + describeClass(v));
         }
@@ -333,55 +339,81 @@ private:
 
 }  // namespace
 
+namespace {
+
+/// constantOf's walk: depth-limited, at most `left` values in all, and an object already on the
+/// path (a cycle) is not entered again.
+struct ConstantWalk {
+    const Document& doc;
+    std::size_t left = 10000;
+    std::vector<pickle::NodeId> path;
+
+    json operator()(const Value& v, int depth) {
+        switch (v.kind) {
+        case Kind::None: return nullptr;
+        case Kind::Bool: return v.b;
+        case Kind::Int: return v.i;
+        case Kind::Float: return v.f;
+        default: break;
+        }
+        if (depth > 8 || left == 0) return "...";
+        --left;
+        if (auto* s = doc.as(v, Kind::String)) return pickle::validUtf8(s->text);
+        if (auto* s = doc.as(v, Kind::BigInt)) return s->text;
+        if (auto* b = doc.as(v, Kind::Bytes)) return json{{"bytes", b->text.size()}};
+        if (auto* g = doc.as(v, Kind::Global)) return pickle::validUtf8(g->text + "." + g->name);
+        if (std::find(path.begin(), path.end(), v.node) != path.end()) return "...";
+        path.push_back(v.node);
+        json out = container(v, depth);
+        path.pop_back();
+        return out;
+    }
+
+    json container(const Value& v, int depth) {
+        const pickle::Node* seq = doc.as(v, Kind::Tuple);
+        if (!seq) seq = doc.as(v, Kind::List);
+        if (seq) {
+            json a = json::array();
+            for (const auto& item : seq->items) a.push_back((*this)(item, depth + 1));
+            return a;
+        }
+        if (auto* d = doc.as(v, Kind::Dict)) {
+            json o = json::object();
+            for (const auto& [k, val] : d->entries) o[pickle::validUtf8(doc.str(k) ? *doc.str(k) : doc.describe(k, 1))] = (*this)(val, depth + 1);
+            return o;
+        }
+        const auto cls = doc.className(v);
+        if (auto* n = doc.as(v, Kind::Instance); n && isNumpyScalar(cls)) {
+            auto* args = doc.as(n->args, Kind::Tuple);
+            if (args && args->items.size() == 2)
+                if (auto* bytes = doc.as(args->items[1], Kind::Bytes)) {
+                    auto code = numpyDtype(doc, args->items[0]);
+                    if (code == "i8" && bytes->text.size() == 8) {
+                        std::int64_t x;
+                        std::memcpy(&x, bytes->text.data(), 8);
+                        return x;
+                    }
+                    if (code == "f8" && bytes->text.size() == 8) {
+                        double x;
+                        std::memcpy(&x, bytes->text.data(), 8);
+                        return x;
+                    }
+                    if (code == "f4" && bytes->text.size() == 4) {
+                        float x;
+                        std::memcpy(&x, bytes->text.data(), 4);
+                        return static_cast<double>(x);
+                    }
+                }
+        }
+        return json{{"object", cls.empty() ? std::string(pickle::toString(v.kind)) : pickle::validUtf8(cls)}};
+    }
+};
+
+}  // namespace
+
 json constantOf(const Document& doc, const Value& v, int depth) {
-    switch (v.kind) {
-    case Kind::None: return nullptr;
-    case Kind::Bool: return v.b;
-    case Kind::Int: return v.i;
-    case Kind::Float: return v.f;
-    default: break;
-    }
-    if (depth > 8) return "...";
-    if (auto* s = doc.as(v, Kind::String)) return s->text;
-    if (auto* s = doc.as(v, Kind::BigInt)) return s->text;
-    if (auto* b = doc.as(v, Kind::Bytes)) return json{{"bytes", b->text.size()}};
-    if (auto* g = doc.as(v, Kind::Global)) return g->text + "." + g->name;
-    const pickle::Node* seq = doc.as(v, Kind::Tuple);
-    if (!seq) seq = doc.as(v, Kind::List);
-    if (seq) {
-        json a = json::array();
-        for (const auto& item : seq->items) a.push_back(constantOf(doc, item, depth + 1));
-        return a;
-    }
-    if (auto* d = doc.as(v, Kind::Dict)) {
-        json o = json::object();
-        for (const auto& [k, val] : d->entries) o[doc.str(k) ? *doc.str(k) : doc.describe(k, 1)] = constantOf(doc, val, depth + 1);
-        return o;
-    }
-    const auto cls = doc.className(v);
-    if (auto* n = doc.as(v, Kind::Instance); n && isNumpyScalar(cls)) {
-        auto* args = doc.as(n->args, Kind::Tuple);
-        if (args && args->items.size() == 2)
-            if (auto* bytes = doc.as(args->items[1], Kind::Bytes)) {
-                auto code = numpyDtype(doc, args->items[0]);
-                if ((code == "i8" || code == "u8") && bytes->text.size() == 8) {
-                    std::int64_t x;
-                    std::memcpy(&x, bytes->text.data(), 8);
-                    return x;
-                }
-                if (code == "f8" && bytes->text.size() == 8) {
-                    double x;
-                    std::memcpy(&x, bytes->text.data(), 8);
-                    return x;
-                }
-                if (code == "f4" && bytes->text.size() == 4) {
-                    float x;
-                    std::memcpy(&x, bytes->text.data(), 4);
-                    return static_cast<double>(x);
-                }
-            }
-    }
-    return json{{"object", cls.empty() ? std::string(pickle::toString(v.kind)) : cls}};
+    ConstantWalk walk{doc, 10000, {}};
+    return walk(v, depth);
 }
 
 Plan readPlan(const Document& doc) { return Reader(doc).run(); }

@@ -180,7 +180,12 @@ private:
     std::vector<Value> stack_;
     std::vector<std::size_t> marks_;
     std::unordered_map<std::uint64_t, Value> memo_;
-    std::size_t bytes_ = 0;
+    std::size_t bytes_ = 0, items_ = 0;
+
+    void countItems(std::size_t n) {
+        items_ += n;
+        if (items_ > limits_.maxItems) error("more than " + std::to_string(limits_.maxItems) + " values in containers");
+    }
 
     [[noreturn]] void fail(const std::string& msg, std::size_t at) const {
         throw PickleError("byte " + std::to_string(at) + ": " + msg);
@@ -258,6 +263,7 @@ private:
         return items;
     }
     Value tuple(std::vector<Value> items) {
+        countItems(items.size());
         auto v = newNode(Kind::Tuple);
         nodeOf(v).items = std::move(items);
         return v;
@@ -311,11 +317,17 @@ private:
         for (char c : digits)
             if (c < '0' || c > '9') error("\"" + std::string(s.substr(0, 40)) + "\" is not an integer");
         std::size_t first = digits.find_first_not_of('0');
-        if (first != std::string_view::npos && digits.size() - first > 18) {
-            if (digits.size() - first > 4096) error("an integer of more than 4096 digits");
-            return text(Kind::BigInt, std::string(s[0] == '-' ? "-" : "") + std::string(digits.substr(first)));
+        if (first == std::string_view::npos) return scalarInt(0);
+        const auto significant = digits.substr(first);
+        if (significant.size() > 4096) error("an integer of more than 4096 digits");
+        const bool neg = s[0] == '-';
+        if (significant.size() <= 19) {  // below 10^19: fits in 64 unsigned bits
+            std::uint64_t u = 0;
+            for (char c : significant) u = u * 10 + static_cast<std::uint64_t>(c - '0');
+            if (!neg && u <= static_cast<std::uint64_t>(INT64_MAX)) return scalarInt(static_cast<std::int64_t>(u));
+            if (neg && u <= static_cast<std::uint64_t>(INT64_MAX) + 1) return scalarInt(static_cast<std::int64_t>(0 - u));
         }
-        return scalarInt(signedLine(s));
+        return text(Kind::BigInt, std::string(neg ? "-" : "") + std::string(significant));
     }
     std::int64_t signedLine(std::string_view s) {
         if (!s.empty() && s.back() == 'L') s.remove_suffix(1);
@@ -332,6 +344,12 @@ private:
         return neg ? static_cast<std::int64_t>(0 - v) : static_cast<std::int64_t>(v);
     }
     Value longBytes(std::string_view s) {
+        // Drop redundant sign-extension bytes (0x00 before a byte < 0x80, 0xff before one >= 0x80).
+        while (s.size() > 1) {
+            const auto top = static_cast<unsigned char>(s.back()), next = static_cast<unsigned char>(s[s.size() - 2]);
+            if ((top == 0x00 && next < 0x80) || (top == 0xff && next >= 0x80)) s.remove_suffix(1);
+            else break;
+        }
         if (s.size() <= 8) {
             std::uint64_t u = 0;
             for (std::size_t k = s.size(); k-- > 0;) u = (u << 8) | static_cast<unsigned char>(s[k]);
@@ -419,6 +437,7 @@ private:
         if (!target.isNode()) error(std::string("appends to a ") + toString(target.kind));
         auto& n = nodeOf(target);
         if (n.kind != Kind::List && n.kind != Kind::Instance) error(std::string("appends to a ") + toString(n.kind));
+        countItems(items.size());
         for (auto& v : items) n.items.push_back(v);
     }
     void setItems(const Value& target, std::vector<Value> kv) {
@@ -426,12 +445,14 @@ private:
         if (!target.isNode()) error(std::string("sets items of a ") + toString(target.kind));
         auto& n = nodeOf(target);
         if (n.kind != Kind::Dict && n.kind != Kind::Instance) error(std::string("sets items of a ") + toString(n.kind));
+        countItems(kv.size());
         for (std::size_t k = 0; k < kv.size(); k += 2) n.entries.emplace_back(kv[k], kv[k + 1]);
     }
     void addItems(const Value& target, std::vector<Value> items) {
         if (!target.isNode()) error(std::string("adds items to a ") + toString(target.kind));
         auto& n = nodeOf(target);
         if (n.kind != Kind::Set && n.kind != Kind::Instance) error(std::string("adds items to a ") + toString(n.kind));
+        countItems(items.size());
         for (auto& v : items) n.items.push_back(v);
     }
 
@@ -534,6 +555,7 @@ private:
         case ']': push(newNode(Kind::List)); break;
         case 'l': {
             auto items = popMark();
+            countItems(items.size());
             auto v = newNode(Kind::List);
             nodeOf(v).items = std::move(items);
             push(v);
@@ -550,6 +572,7 @@ private:
         case 0x8f: push(newNode(Kind::Set)); break;
         case 0x91: {
             auto items = popMark();
+            countItems(items.size());
             auto v = newNode(Kind::FrozenSet);
             nodeOf(v).items = std::move(items);
             push(v);
@@ -652,14 +675,42 @@ private:
             auto& target = top();
             if (!target.isNode() || (nodeOf(target).kind != Kind::Instance && nodeOf(target).kind != Kind::Global))
                 error(std::string("BUILD on a ") + toString(target.kind) + ", which has no state");
-            auto& n = nodeOf(target);
-            if (n.hasState && n.state.kind == Kind::Dict && state.kind == Kind::Dict) {
-                auto extra = doc_.nodes[state.node].entries;  // copy: both may be the same node
-                auto& into = doc_.nodes[n.state.node].entries;
-                into.insert(into.end(), extra.begin(), extra.end());
+            const auto targetNode = target.node;
+            const auto old = doc_.nodes[targetNode].state;
+            if (doc_.nodes[targetNode].hasState && old.kind == Kind::Dict && state.kind == Kind::Dict) {
+                // A second BUILD updates the instance's dict as Python does: later keys replace
+                // earlier ones. Into a new dict: the old one may be shared (memo) or be `state`.
+                auto merged = newNode(Kind::Dict);
+                auto entries = doc_.nodes[old.node].entries;
+                auto sameKey = [&](const Value& a, const Value& b) {
+                    if (a.kind != b.kind) return false;
+                    switch (a.kind) {
+                    case Kind::None: return true;
+                    case Kind::Bool: return a.b == b.b;
+                    case Kind::Int: return a.i == b.i;
+                    case Kind::Float: return a.f == b.f;
+                    case Kind::String:
+                    case Kind::Bytes:
+                    case Kind::BigInt: return doc_.nodes[a.node].text == doc_.nodes[b.node].text;
+                    default: return a.node == b.node;
+                    }
+                };
+                for (const auto& [k, v] : doc_.nodes[state.node].entries) {
+                    bool replaced = false;
+                    for (auto& e : entries)
+                        if (sameKey(e.first, k)) {
+                            e.second = v;
+                            replaced = true;
+                            break;
+                        }
+                    if (!replaced) entries.emplace_back(k, v);
+                }
+                countItems(2 * entries.size());
+                doc_.nodes[merged.node].entries = std::move(entries);
+                doc_.nodes[targetNode].state = merged;
             } else {
-                n.state = state;
-                n.hasState = true;
+                doc_.nodes[targetNode].state = state;
+                doc_.nodes[targetNode].hasState = true;
             }
             break;
         }
@@ -819,6 +870,32 @@ Document readFile(const std::string& path, const Limits& limits) {
     std::string data(static_cast<std::size_t>(size), '\0');
     if (!in.read(data.data(), size)) throw PickleError("cannot read " + path);
     return read(data, limits);
+}
+
+std::string validUtf8(std::string_view s) {
+    std::string out;
+    out.reserve(s.size());
+    for (std::size_t i = 0; i < s.size();) {
+        const auto c = static_cast<unsigned char>(s[i]);
+        std::size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+        bool ok = len > 0 && i + len <= s.size();
+        for (std::size_t k = 1; ok && k < len; ++k) ok = (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
+        if (ok && len > 1) {
+            std::uint32_t cp = c & (0xFF >> (len + 1));
+            for (std::size_t k = 1; k < len; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+            // overlong forms, surrogates and values past U+10FFFF are not UTF-8
+            ok = !(len == 2 && cp < 0x80) && !(len == 3 && cp < 0x800) && !(len == 4 && cp < 0x10000) && !(cp >= 0xD800 && cp <= 0xDFFF) &&
+                 cp <= 0x10FFFF;
+        }
+        if (ok) {
+            out.append(s.substr(i, len));
+            i += len;
+        } else {
+            out += "\xEF\xBF\xBD";
+            ++i;
+        }
+    }
+    return out;
 }
 
 bool looksLikePickle(std::string_view data) {

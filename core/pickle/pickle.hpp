@@ -68,10 +68,11 @@ struct Node {
 
 /// Limits on what one pickle may build.
 struct Limits {
-    std::size_t maxNodes = std::size_t(1) << 24;
+    std::size_t maxNodes = std::size_t(1) << 22;      ///< objects (a node is a few hundred bytes)
+    std::size_t maxItems = std::size_t(1) << 24;      ///< values held in lists, tuples, sets and dicts, all told
     std::size_t maxBytes = std::size_t(1) << 30;     ///< total of strings and bytes
     std::size_t maxStack = std::size_t(1) << 22;     ///< values on the stack and under marks
-    std::size_t maxMemo = std::size_t(1) << 24;
+    std::size_t maxMemo = std::size_t(1) << 22;
     std::size_t maxMarks = std::size_t(1) << 16;     ///< nested marks
 };
 
@@ -103,6 +104,10 @@ public:
 Document read(std::string_view data, const Limits& limits = {});
 /// Reads a pickle file. Throws PickleError (also when the file cannot be read).
 Document readFile(const std::string& path, const Limits& limits = {});
+
+/// The string with every byte sequence that is not UTF-8 replaced by U+FFFD: pickled strings are
+/// not checked, and JSON output must be valid UTF-8.
+std::string validUtf8(std::string_view s);
 
 /// True when the data starts like a pickle (PROTO 2-5, or a protocol 0/1 opcode we know).
 bool looksLikePickle(std::string_view data);
