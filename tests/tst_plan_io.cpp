@@ -304,6 +304,28 @@ private slots:
         }
     }
 
+    /// Names need not be ASCII: the repeats found in a plan whose layers are named in UTF-8 write
+    /// it back exactly, and the file they make is valid JSON text.
+    void repeatsKeepUtf8Names() {
+        auto read = readPlanFile(examplesDir() + "/" + kRepeats);
+        QVERIFY(read.ok());
+        read.plan->storedWithRepeats = false;
+        auto text = writePlanJson(*read.plan).dump();
+        for (std::size_t at = 0; (at = text.find("layers.", at)) != std::string::npos; at += 8) text.replace(at, 7, "couch\xc3\xa9");  // "couché0.attention": a digit right after a non-ASCII letter
+        auto plain = json::parse(text);
+        auto compressed = compressRepeats(plain);
+        QVERIFY(countRepeats(compressed) >= 10);
+        std::string out;
+        try {
+            out = compressed.dump();
+        } catch (const json::exception& e) {
+            QFAIL(e.what());
+        }
+        auto expanded = expandRepeats(json::parse(out));
+        QVERIFY(expanded.problems.empty());
+        for (const auto& [ptr, hasRanks] : repeatableArrays()) QVERIFY(expanded.doc.at(json::json_pointer(ptr)) == plain.at(json::json_pointer(ptr)));
+    }
+
     /// The reader copies every wrong-typed value inside a repeat into an answer, never a throw.
     void neverCrashesOnWrongRepeats() {
         // A small plan (four MLP layers on two stages), compressed, keeps this quick.
