@@ -13,6 +13,7 @@
 
 #include "generate/generator.hpp"
 #include "io/plan_json.hpp"
+#include "nnscaler/nnscaler_import.hpp"
 #include "nnscaler/nnscaler_plan.hpp"
 #include "pickle/pickle.hpp"
 #include "verify/symmetry.hpp"
@@ -25,7 +26,9 @@ constexpr const char* kUsage = R"(trainverify - proves a distributed training pl
 
 Usage:
   trainverify verify PLAN.json [--jobs N] [--timeout SECONDS] [--json REPORT.json|-] [--stats] [--no-reduce] [--no-reuse]
-  trainverify inspect PLAN.json [--json]
+  trainverify verify --logical Gs.pkl --parallel Gp.pkl [same options]
+  trainverify convert --logical Gs.pkl --parallel Gp.pkl -o PLAN.json
+  trainverify inspect PLAN.json|PLAN.pkl [--json]
   trainverify generate --model MODEL [--dp N] [--tp N] [--pp N] [--microbatches N] [--sp] [--ep N] [--cp N [--cp-comm all_gather|p2p]] [--zero 1|2|3]
                        [--schedule 1f1b|gpipe] [--layers N] [--global-batch N] [--optimizer adamw|sgd]
                        [--hidden N] [--heads N] [--kv-heads N] [--ffn N] [--vocab N] [--seq N]
@@ -42,6 +45,9 @@ verify   Cuts the plan into stages from its lineage, reduces shapes, checks ever
            --stats           print time per phase, stages per second and peak memory
            --no-reduce       check every stage at full shapes (slow; for cross-checking)
            --no-reuse        check every stage, even those isomorphic to a proven one
+         With --logical and --parallel, verifies a pair of nnScaler execution plans (pickled
+         ModuleCodeGen objects, read safely: nothing in them is run) mapped onto the plan model.
+convert  Maps a pair of nnScaler plans onto the plan model and writes it as a plan file.
 inspect  Prints counts (ops, tensors, ranks, lineage records, stages) and the parallel
          configuration. On a pickle (an nnScaler plan), prints what the safe reader finds:
          protocol, objects and their classes; nothing in it is run.
@@ -89,6 +95,69 @@ Loaded load(const std::string& path) {
     return l;
 }
 
+/// A pair of nnScaler plans mapped onto the plan model, or the report that says why not.
+Loaded importNnScaler(const std::string& logicalPath, const std::string& parallelPath, std::vector<std::string>& notes) {
+    auto t0 = std::chrono::steady_clock::now();
+    Loaded l;
+    auto fail = [&](tv::Verdict v, tv::FailureKind kind, const std::string& msg) {
+        l.invalid = tv::VerifyReport{};
+        l.invalid.verdict = v;
+        tv::Failure f;
+        f.kind = kind;
+        f.message = msg;
+        l.invalid.failure = f;
+        l.invalid.failures = {f};
+        if (v == tv::Verdict::Invalid) l.invalid.problems.push_back(tv::PlanProblem{"", msg});
+        l.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        return std::move(l);
+    };
+    auto readOne = [&](const std::string& path, tv::nnscaler::Plan& out, std::string& error) {
+        try {
+            auto doc = tv::pickle::readFile(path);
+            out = tv::nnscaler::readPlan(doc);
+            return true;
+        } catch (const tv::pickle::PickleError& e) {
+            error = path + ": not a readable pickle: " + e.what();
+        } catch (const tv::nnscaler::NnScalerError& e) {
+            error = path + ": not a readable nnScaler plan: " + e.what();
+        }
+        return false;
+    };
+    tv::nnscaler::Plan logical, parallel;
+    std::string error;
+    if (!readOne(logicalPath, logical, error) || !readOne(parallelPath, parallel, error))
+        return fail(tv::Verdict::Invalid, tv::FailureKind::InvalidPlan, error);
+    tv::nnscaler::ImportOptions opt;
+    auto stem = [](const std::string& p) {
+        auto s = p.substr(p.find_last_of('/') == std::string::npos ? 0 : p.find_last_of('/') + 1);
+        if (auto dot = s.rfind('.'); dot != std::string::npos) s = s.substr(0, dot);
+        return s;
+    };
+    opt.name = stem(parallelPath);
+    opt.description = "nnScaler execution plan " + stem(parallelPath) + " (" + std::to_string(parallel.runtimeRanks) + " ranks) against its logical plan " +
+                      stem(logicalPath) + ", mapped by trainverify";
+    tv::nnscaler::degreesFromFileName(parallelPath, opt.tp, opt.pp);
+    tv::nnscaler::ImportResult imported;
+    try {
+        imported = tv::nnscaler::importPair(logical, parallel, opt);
+    } catch (const tv::nnscaler::UnsupportedOperator& e) {
+        return fail(tv::Verdict::Inconclusive, tv::FailureKind::UnsupportedOperator,
+                    "cannot verify yet: " + std::string(e.what()) + " (supported operators: docs/nnscaler.md)");
+    } catch (const tv::nnscaler::NnScalerError& e) {
+        return fail(tv::Verdict::Invalid, tv::FailureKind::InvalidPlan, "cannot map " + parallelPath + " onto " + logicalPath + ": " + e.what());
+    }
+    notes = std::move(imported.notes);
+    auto res = tv::readPlanJson(imported.plan);
+    imported.plan = nlohmann::json();
+    if (!res.ok()) {
+        std::string msg = "internal error: the mapped plan is invalid: " + (res.problems.empty() ? std::string() : res.problems[0].toString());
+        return fail(tv::Verdict::Invalid, tv::FailureKind::InvalidPlan, msg);
+    }
+    l.plan = std::move(res.plan);
+    l.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return l;
+}
+
 bool parseUnsigned(const std::string& s, double& out) {
     try {
         std::size_t pos = 0;
@@ -100,7 +169,7 @@ bool parseUnsigned(const std::string& s, double& out) {
 }
 
 int cmdVerify(const std::vector<std::string>& args) {
-    std::string path, jsonOut;
+    std::string path, jsonOut, logicalPath, parallelPath;
     tv::VerifyOptions opts;
     bool stats = false;
     for (std::size_t i = 0; i < args.size(); ++i) {
@@ -130,6 +199,10 @@ int cmdVerify(const std::vector<std::string>& args) {
             opts.reuseIsomorphic = false;
         } else if (a == "--no-reduce") {
             opts.check.reduceShapes = false;
+        } else if (a == "--logical" || a == "--parallel") {
+            auto* v = value(a.c_str());
+            if (!v) return usageError(a + " needs an nnScaler plan file (.pkl)");
+            (a == "--logical" ? logicalPath : parallelPath) = *v;
         } else if (!a.empty() && a[0] == '-') {
             return usageError("unknown option " + a);
         } else if (path.empty()) {
@@ -138,13 +211,20 @@ int cmdVerify(const std::vector<std::string>& args) {
             return usageError("verify takes one plan file");
         }
     }
-    if (path.empty()) return usageError("verify needs a plan file");
-    auto loaded = load(path);
+    const bool pair = !logicalPath.empty() || !parallelPath.empty();
+    if (pair && (logicalPath.empty() || parallelPath.empty())) return usageError("--logical and --parallel go together");
+    if (pair && !path.empty()) return usageError("verify takes a plan file or --logical and --parallel, not both");
+    if (!pair && path.empty()) return usageError("verify needs a plan file (or --logical Gs.pkl --parallel Gp.pkl)");
+    std::vector<std::string> notes;
+    auto loaded = pair ? importNnScaler(logicalPath, parallelPath, notes) : load(path);
+    if (pair) path = parallelPath;
     tv::VerifyReport report = loaded.plan ? tv::verifyPlan(*loaded.plan, opts) : std::move(loaded.invalid);
     report.timing.load = loaded.seconds;
     report.timing.total += loaded.seconds;
+    for (auto& n : notes) report.warnings.push_back("nnScaler mapping: " + n);
     auto json = tv::reportToJson(report);
     if (loaded.plan) json["plan"] = {{"file", path}, {"name", loaded.plan->name}};
+    if (pair) json["nnscaler"] = {{"logical", logicalPath}, {"parallel", parallelPath}};
     json["peak_memory_kb"] = tv::peakMemoryKb();
     if (jsonOut == "-") {
         std::cout << json.dump(2) << "\n";
@@ -465,6 +545,43 @@ int cmdGenerate(const std::vector<std::string>& args) {
     return 0;
 }
 
+int cmdConvert(const std::vector<std::string>& args) {
+    std::string logicalPath, parallelPath, outPath;
+    for (std::size_t i = 0; i < args.size(); ++i) {
+        const auto& a = args[i];
+        auto value = [&]() -> const std::string* { return i + 1 < args.size() ? &args[++i] : nullptr; };
+        if (a == "--logical" || a == "--parallel" || a == "-o" || a == "--output") {
+            auto* v = value();
+            if (!v) return usageError(a + " needs a file name");
+            (a == "--logical" ? logicalPath : a == "--parallel" ? parallelPath : outPath) = *v;
+        } else {
+            return usageError("convert: unknown argument " + a);
+        }
+    }
+    if (logicalPath.empty() || parallelPath.empty() || outPath.empty()) return usageError("convert needs --logical Gs.pkl --parallel Gp.pkl -o PLAN.json");
+    std::vector<std::string> notes;
+    auto loaded = importNnScaler(logicalPath, parallelPath, notes);
+    if (!loaded.plan) {
+        std::cerr << tv::reportToText(loaded.invalid);
+        return tv::exitCode(loaded.invalid.verdict);
+    }
+    auto text = tv::writePlanText(*loaded.plan);
+    if (outPath == "-") {
+        std::cout << text;
+    } else {
+        std::ofstream f(outPath, std::ios::binary);
+        if (!f || !(f << text) || !f.flush()) {
+            std::fprintf(stderr, "trainverify: cannot write %s: %s\n", outPath.c_str(), std::strerror(errno));
+            return 3;
+        }
+        std::fprintf(stderr, "converted %s: %zu logical ops, %zu parallel ops on %zu ranks, %zu lineage records, %.1f MB in %.2f s\n", outPath.c_str(),
+                     loaded.plan->logical.ops.size(), loaded.plan->parallel.ops.size(), loaded.plan->ranks.size(), loaded.plan->lineage.size(),
+                     static_cast<double>(text.size()) / 1e6, loaded.seconds);
+    }
+    for (const auto& n : notes) std::fprintf(stderr, "note: %s\n", n.c_str());
+    return 0;
+}
+
 int cmdOps() {
     for (const auto& s : tv::OpRegistry::instance().all()) {
         std::printf("%-24s %s\n", std::string(s.name).c_str(), std::string(s.summary).c_str());
@@ -494,6 +611,7 @@ int main(int argc, char** argv) {
         if (cmd == "verify") return cmdVerify(rest);
         if (cmd == "inspect") return cmdInspect(rest);
         if (cmd == "ops") return cmdOps();
+        if (cmd == "convert") return cmdConvert(rest);
         if (cmd == "generate") return cmdGenerate(rest);
         return usageError("unknown command " + cmd);
     } catch (const std::exception& e) {

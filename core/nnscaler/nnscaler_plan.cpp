@@ -223,7 +223,11 @@ private:
     Operand operand(const Value& v, const std::string& path) {
         Operand o;
         const auto cls = doc_.className(v);
-        if (cls == kSubTensor) o.tensor = subTensor(v, path);
+        if (cls == kSubTensor) {
+            o.tensor = subTensor(v, path);
+            // The gradient paired with this use of the tensor (each consumer gets its own part).
+            if (auto* g = doc_.attr(v, "_grad"); g && doc_.className(*g) == kSubTensor) o.grad = subTensor(*g, path + "._grad");
+        }
         else if (cls == kIRObject) o.constant = json{{"ir_object", string(need(v, "name", path))}};
         else o.constant = constantOf(doc_, v);
         return o;

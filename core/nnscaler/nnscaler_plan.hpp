@@ -40,6 +40,7 @@ struct SubTensor {
 /// One input or output of a cell: a sub-tensor, or a constant (numbers, strings, None, tuples).
 struct Operand {
     std::int64_t tensor = -1;   ///< sub-tensor id, or -1
+    std::int64_t grad = -1;     ///< the sub-tensor's `_grad` as this cell sees it (its gradient, or part of it), or -1
     nlohmann::json constant;    ///< when not a tensor
 };
 

@@ -1,0 +1,1133 @@
+#include "nnscaler/nnscaler_import.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "ops/registry.hpp"
+
+namespace tv::nnscaler {
+
+using json = nlohmann::json;
+using Handle = GradBuilder::Handle;
+
+namespace {
+
+// ----- one graph being written ----------------------------------------------------------------
+
+struct HandleInfo {
+    std::string name;
+    Shape shape;
+    bool isInt = false;
+};
+
+/// An op the lowering of one operator emitted, kept for its backward.
+struct EmittedOp {
+    std::string kind;
+    json attrs;
+    std::vector<Handle> inputs, outputs;
+};
+
+/// A forward operator as run on one rank and microbatch: its operand handles (-1 for
+/// constants), its output handles and the registry ops in between.
+struct Lowered {
+    const Cell* cell = nullptr;
+    std::vector<Handle> inputs, outputs;
+    std::vector<EmittedOp> ops;
+};
+
+/// Writes the tensors and ops of one graph (the logical or the parallel one) as plan JSON.
+class GraphWriter {
+public:
+    explicit GraphWriter(bool parallel) : parallel_(parallel) {}
+    std::vector<HandleInfo> handles;
+    json tensors = json::array(), ops = json::array();
+
+    Handle tensor(const std::string& base, Shape shape, const char* role, bool isInt, int rank, int mb) {
+        std::string name = fresh(tensorNames_, base);
+        json t = {{"id", name}, {"shape", shape}};
+        if (std::string_view(role) != "activation") t["role"] = role;
+        if (isInt) t["dtype"] = "int";
+        if (parallel_) t["rank"] = rank;
+        if (parallel_ && mb >= 0) t["microbatch"] = mb;
+        tensors.push_back(std::move(t));
+        handles.push_back({name, std::move(shape), isInt});
+        return static_cast<Handle>(handles.size() - 1);
+    }
+    void op(const std::string& kind, const std::string& base, const std::vector<Handle>& ins, const std::vector<Handle>& outs,
+            const json& attrs, int rank, int mb, const char* phase, const std::vector<int>* group = nullptr) {
+        json o = {{"id", fresh(opNames_, base)}, {"op", kind}};
+        json in = json::array(), out = json::array();
+        for (auto h : ins) in.push_back(handles[static_cast<std::size_t>(h)].name);
+        for (auto h : outs) out.push_back(handles[static_cast<std::size_t>(h)].name);
+        o["inputs"] = std::move(in);
+        o["outputs"] = std::move(out);
+        if (!attrs.is_null() && !attrs.empty()) o["attrs"] = attrs;
+        if (phase) o["phase"] = phase;
+        if (parallel_) {
+            if (group) o["group"] = *group;
+            else o["rank"] = rank;
+            if (mb >= 0) o["microbatch"] = mb;
+        }
+        ops.push_back(std::move(o));
+    }
+    const std::string& name(Handle h) const { return handles[static_cast<std::size_t>(h)].name; }
+    const Shape& shape(Handle h) const { return handles[static_cast<std::size_t>(h)].shape; }
+
+private:
+    static std::string fresh(std::unordered_map<std::string, int>& used, const std::string& base) {
+        auto [it, inserted] = used.try_emplace(base, 0);
+        if (inserted) return base;
+        for (;;) {
+            std::string n = base + "~" + std::to_string(++it->second);
+            if (used.try_emplace(n, 0).second) return n;
+        }
+    }
+    bool parallel_;
+    std::unordered_map<std::string, int> tensorNames_, opNames_;
+};
+
+std::string sanitize(const std::string& s) {
+    std::string out;
+    for (char c : s) out += (c == ' ' || c == '"' || c == '\\' || static_cast<unsigned char>(c) < 32) ? '_' : c;
+    return out.empty() ? "t" : out;
+}
+
+Shape extentOf(const SubTensor& t) {
+    Shape s;
+    for (const auto& [a, b] : t.box) s.push_back(b - a);
+    return s;
+}
+
+bool isIntDtype(const std::string& d) { return d.rfind("int", 0) == 0 || d.rfind("uint", 0) == 0 || d == "bool" || d == "long"; }
+
+std::string shapeText(const Shape& s) {
+    std::string o = "(";
+    for (std::size_t i = 0; i < s.size(); ++i) o += (i ? ", " : "") + std::to_string(s[i]);
+    return o + ")";
+}
+
+[[maybe_unused]] std::string numberText(const json& v) {
+    if (v.is_number_integer() || v.is_number_unsigned()) return v.dump();
+    if (v.is_number_float()) {
+        std::string s = v.dump();  // shortest round-trip text
+        return s;
+    }
+    return {};
+}
+
+// ----- the simulation of one program (one rank, or the logical device) ---------------------------
+
+struct Importer;
+
+/// Emits the registry ops of one rank (or of the logical graph) and keeps its tensor state.
+class RankSim : public GradBuilder {
+public:
+    RankSim(Importer& im, GraphWriter& g, bool logical) : im_(im), g_(g), logical_(logical) {}
+    int rank = -1;    ///< runtime rank (-1: logical)
+    int shift = 0;    ///< rank shift of this replica
+    int mb = -1;
+    const char* phase = "forward";
+    std::string prefix;
+    Lowered* recording = nullptr;
+
+    std::vector<Handle> emitOp(std::string_view op, std::vector<Handle> inputs, json attrs, std::vector<Shape> outShapes) override {
+        std::vector<Handle> outs;
+        bool isInt = false;
+        const auto& reg = OpRegistry::instance();
+        auto kind = reg.find(op);
+        if (kind) {
+            const auto& spec = reg.spec(*kind);
+            // Movement ops keep their input's dtype.
+            if (spec.cls == OpClass::Movement && !inputs.empty()) isInt = g_.handles[static_cast<std::size_t>(inputs[0])].isInt;
+        }
+        for (std::size_t k = 0; k < outShapes.size(); ++k)
+            outs.push_back(g_.tensor(prefix + "." + std::string(op) + (outShapes.size() > 1 ? "." + std::to_string(k) : "") + where(),
+                                     std::move(outShapes[k]), std::string_view(phase) == "backward" ? "gradient" : "activation", isInt, rank, mb));
+        g_.op(std::string(op), prefix + "." + std::string(op) + where(), inputs, outs, attrs, rank, mb, phase);
+        if (recording) recording->ops.push_back({std::string(op), attrs, inputs, outs});
+        return outs;
+    }
+    Shape shapeOf(Handle h) const override { return g_.shape(h); }
+
+    std::string where() const {
+        if (logical_) return "";
+        return "@r" + std::to_string(rank) + (mb >= 0 ? ".m" + std::to_string(mb) : "");
+    }
+
+private:
+    Importer& im_;
+    GraphWriter& g_;
+    bool logical_;
+};
+
+// ----- operator lowerings ------------------------------------------------------------------------
+
+/// The operands of one operator execution.
+struct Call {
+    const Cell& cell;
+    std::vector<Handle> in;    ///< per input position: the tensor's handle, or -1 for a constant
+    std::vector<Shape> outShapes;
+    std::string where;         ///< for messages: "device 1, microbatch 0, cell #12"
+};
+
+[[noreturn]] void unsupported(const Call& c, const std::string& reason) {
+    throw UnsupportedOperator(c.cell.signature, c.cell.annotation, c.where, reason);
+}
+
+Handle tensorInput(const Call& c, std::size_t k) {
+    if (k >= c.in.size() || c.in[k] < 0) unsupported(c, "input " + std::to_string(k) + " is not a tensor");
+    return c.in[k];
+}
+
+[[maybe_unused]] const json& constantInput(const Call& c, std::size_t k) {
+    if (k >= c.cell.inputs.size() || c.cell.inputs[k].tensor >= 0) unsupported(c, "input " + std::to_string(k) + " is not a constant");
+    return c.cell.inputs[k].constant;
+}
+
+/// Reshapes to the declared output shape when they differ (e.g. a full sum is [] and nnScaler's is [1]).
+Handle reshapeTo(RankSim& s, Handle h, const Shape& shape) {
+    if (s.shapeOf(h) == shape) return h;
+    return s.emitOp("reshape", {h}, json::object(), {shape})[0];
+}
+
+int normDim(const Call& c, std::int64_t d, std::size_t rank) {
+    auto r = static_cast<std::int64_t>(rank);
+    if (d < -r || d >= r) unsupported(c, "dim " + std::to_string(d) + " is outside a tensor of rank " + std::to_string(rank));
+    return static_cast<int>(d < 0 ? d + r : d);
+}
+
+std::vector<Handle> lowerForward(RankSim& s, const Call& c) {
+    const auto& sig = c.cell.signature;
+    const auto& kw = c.cell.kwargs;
+    auto out1 = [&](Handle h) { return std::vector<Handle>{reshapeTo(s, h, c.outShapes.at(0))}; };
+    auto needOutputs = [&](std::size_t n) {
+        if (c.outShapes.size() != n) unsupported(c, "expected " + std::to_string(n) + " output(s), found " + std::to_string(c.outShapes.size()));
+    };
+    auto noKwargsBut = [&](std::initializer_list<const char*> allowed) {
+        for (auto it = kw.begin(); it != kw.end(); ++it)
+            if (std::find_if(allowed.begin(), allowed.end(), [&](const char* a) { return it.key() == a; }) == allowed.end())
+                unsupported(c, "keyword argument " + it.key() + " is not supported");
+    };
+    if (sig == "torch.nn.functional.linear") {
+        needOutputs(1);
+        noKwargsBut({"bias"});
+        std::vector<Handle> ins = {tensorInput(c, 0), tensorInput(c, 1)};
+        if (c.in.size() > 2 && c.in[2] >= 0) ins.push_back(c.in[2]);
+        if (kw.contains("bias") && !kw["bias"].is_null()) unsupported(c, "a bias given as a keyword argument is not supported");
+        return out1(s.emitOp("linear", ins, json::object(), {c.outShapes[0]})[0]);
+    }
+    if (sig == "torch.sum" || sig == "torch.mean") {
+        needOutputs(1);
+        noKwargsBut({"dim", "keepdim", "dtype"});
+        if (kw.contains("dtype") && !kw["dtype"].is_null()) unsupported(c, "dtype is not supported");
+        Handle x = tensorInput(c, 0);
+        json attrs = json::object();
+        const auto rank = s.shapeOf(x).size();
+        if (kw.contains("dim") && !kw["dim"].is_null()) {
+            json dims = json::array();
+            auto add = [&](const json& d) {
+                if (!d.is_number_integer()) unsupported(c, "dim must be integers");
+                dims.push_back(normDim(c, d.get<std::int64_t>(), rank));
+            };
+            if (kw["dim"].is_array()) for (const auto& d : kw["dim"]) add(d);
+            else add(kw["dim"]);
+            attrs["dims"] = dims;
+        }
+        if (kw.contains("keepdim") && kw["keepdim"].is_boolean() && kw["keepdim"].get<bool>()) attrs["keepdim"] = true;
+        Shape reduced;
+        {
+            std::set<int> ds;
+            if (attrs.contains("dims")) for (const auto& d : attrs["dims"]) ds.insert(d.get<int>());
+            else for (std::size_t d = 0; d < rank; ++d) ds.insert(static_cast<int>(d));
+            const auto& xs = s.shapeOf(x);
+            for (std::size_t d = 0; d < rank; ++d) {
+                if (!ds.count(static_cast<int>(d))) reduced.push_back(xs[d]);
+                else if (attrs.contains("keepdim")) reduced.push_back(1);
+            }
+        }
+        return out1(s.emitOp(sig == "torch.sum" ? "sum" : "mean", {x}, attrs, {reduced})[0]);
+    }
+    if (sig == "nnscaler.runtime.function.identity" || sig == "torch.Tensor.contiguous" || sig == "torch.Tensor.float" ||
+        sig == "nnscaler.runtime.function.to") {
+        needOutputs(1);
+        if (sig == "nnscaler.runtime.function.to") {
+            const auto& d = kw.contains("dtype_or_device") ? kw["dtype_or_device"] : json();
+            if (!(d.is_string() && d.get<std::string>() == "torch.float32")) unsupported(c, "only .to(torch.float32) is supported");
+        }
+        return {s.emitOp("identity", {tensorInput(c, 0)}, json::object(), {c.outShapes[0]})[0]};
+    }
+    if (sig == "nnscaler.runtime.function.multiref") {
+        Handle x = tensorInput(c, 0);
+        std::vector<Handle> outs;
+        for (const auto& sh : c.outShapes) outs.push_back(s.emitOp("identity", {x}, json::object(), {sh})[0]);
+        return outs;
+    }
+    unsupported(c, "no semantics for this operator yet");
+}
+
+// ----- lineage ----------------------------------------------------------------------------------
+
+/// One parallel tensor claimed to hold part of a logical tensor.
+struct Instance {
+    Handle parallel = -1;
+    const SubTensor* psub = nullptr;
+    int replica = 0, mb = 0;
+};
+
+struct Site {
+    Handle logical = -1;
+    const SubTensor* lsub = nullptr;
+    std::vector<Instance> instances;
+};
+
+// ----- the importer ----------------------------------------------------------------------------
+
+struct CollectiveKey {
+    std::int64_t adapter = 0;
+    int prim = 0, mb = 0;
+    std::int64_t tensor = -1;
+    std::vector<int> group;
+    auto tie() const { return std::tie(adapter, prim, mb, tensor, group); }
+    bool operator<(const CollectiveKey& o) const { return tie() < o.tie(); }
+};
+
+struct Collective {
+    std::string kind;
+    json attrs = json::object();
+    std::vector<int> group;
+    std::map<int, Handle> in, out;  ///< by rank
+    std::string where;
+};
+
+struct Importer {
+    const Plan& L;
+    const Plan& P;
+    ImportOptions opt;
+    ImportResult result;
+    GraphWriter lg{false}, pg{true};
+    int devices = 1, dp = 1, nm = 1;
+
+    // Tensor state: what each (rank, sub-tensor id, microbatch) currently is.
+    std::map<std::tuple<int, std::int64_t, int>, Handle> state;
+    // Weight-gradient buffers: (rank, gradient full tensor, box start) -> handle.
+    std::map<std::tuple<int, std::int64_t, std::vector<std::int64_t>>, Handle> gradBuffers;
+    // Data loader outputs not read yet: (rank, id, mb) -> output position.
+    std::map<std::tuple<int, std::int64_t, int>, int> pendingData;
+    // Forward executions: (rank, cell id, mb) -> lowering.
+    std::map<std::tuple<int, std::int64_t, int>, Lowered> lowered;
+    // Backward executions: (rank, cell id, mb) -> incoming gradient handle per forward output.
+    std::map<std::tuple<int, std::int64_t, int>, std::vector<Handle>> incoming;
+    std::map<CollectiveKey, Collective> collectives;
+    // Initial reads: inputs, weights, buffers, the loss seed.
+    struct InitialRead {
+        int rank, mb;
+        Handle handle;
+        const SubTensor* sub;
+        int dataOutput = -1;  ///< data loader output position
+    };
+    std::vector<InitialRead> initialReads;
+    std::set<int> noted;
+
+    Importer(const Plan& l, const Plan& p, const ImportOptions& o) : L(l), P(p), opt(o) {}
+
+    void note(const std::string& s) {
+        if (std::find(result.notes.begin(), result.notes.end(), s) == result.notes.end()) result.notes.push_back(s);
+    }
+
+    const SubTensor& sub(const Plan& plan, std::int64_t id) const { return plan.tensors.at(id); }
+
+    static const char* roleOf(const SubTensor& t) {
+        if (t.isAttr && !t.isGrad) return t.requiresGrad ? "weight" : "input";
+        if (t.isGrad) return "gradient";
+        if (t.isLoss) return "loss";
+        return "activation";
+    }
+
+    std::string tensorBase(const SubTensor& t) const { return sanitize(t.name) + "#" + std::to_string(t.id); }
+
+    // ----- reading and writing tensors -----
+
+    Handle read(const Plan& plan, GraphWriter& g, RankSim& s, std::int64_t id, const std::string& where) {
+        const auto& t = sub(plan, id);
+        const bool param = t.isAttr && !t.isGrad;
+        if (t.isAttr && t.isGrad) {
+            auto it = gradBuffers.find({s.rank, t.fullId, boxStart(t)});
+            if (it != gradBuffers.end()) return it->second;
+            note(where + " reads weight gradient " + t.name + " before any op writes it");
+            return g.tensor(tensorBase(t) + ".unwritten" + s.where(), extentOf(t), "gradient", false, s.rank, -1);
+        }
+        const int mbKey = param ? -1 : s.mb;
+        auto key = std::make_tuple(s.rank, id, mbKey);
+        if (auto it = state.find(key); it != state.end()) return it->second;
+        const bool isInt = isIntDtype(t.dtype);
+        if (param) {
+            Handle h = g.tensor(tensorBase(t) + s.where(), extentOf(t), roleOf(t), isInt, s.rank, -1);
+            state[key] = h;
+            initialReads.push_back({s.rank, -1, h, &t, -1});
+            return h;
+        }
+        if (auto pd = pendingData.find(key); pd != pendingData.end()) {
+            Handle h = g.tensor(tensorBase(t) + s.where(), extentOf(t), "input", isInt, s.rank, s.mb);
+            state[key] = h;
+            initialReads.push_back({s.rank, s.mb, h, &t, pd->second});
+            return h;
+        }
+        if (t.isGrad && t.isLoss) {  // the loss seed: nobody writes it
+            Handle h = g.tensor(tensorBase(t) + s.where(), extentOf(t), "gradient", false, s.rank, s.mb);
+            state[key] = h;
+            initialReads.push_back({s.rank, s.mb, h, &t, -1});
+            return h;
+        }
+        note(where + " reads " + t.name + " (sub-tensor " + std::to_string(id) + ") before any op writes it");
+        Handle h = g.tensor(tensorBase(t) + ".unwritten" + s.where(), extentOf(t), roleOf(t), isInt, s.rank, s.mb);
+        state[key] = h;
+        return h;
+    }
+
+    static std::vector<std::int64_t> boxStart(const SubTensor& t) {
+        std::vector<std::int64_t> v;
+        for (const auto& [a, b] : t.box) v.push_back(a), v.push_back(b);
+        return v;
+    }
+
+    /// A write: a gradient adds to what the tensor already holds (microbatches, tied weights, two
+    /// producers); anything else replaces it.
+    void write(GraphWriter& g, RankSim& s, const SubTensor& t, Handle h, bool replace = false) {
+        if (g.shape(h) != extentOf(t))
+            throw NnScalerError("at rank " + std::to_string(s.rank) + ": a value of shape " + shapeText(g.shape(h)) + " is written to " + t.name +
+                                " (sub-tensor " + std::to_string(t.id) + ") of shape " + shapeText(extentOf(t)));
+        if (t.isAttr && t.isGrad) {
+            auto key = std::make_tuple(s.rank, t.fullId, boxStart(t));
+            auto it = gradBuffers.find(key);
+            if (it == gradBuffers.end() || replace) {
+                gradBuffers[key] = h;
+                return;
+            }
+            Handle sum = accumulate(g, s, it->second, h, t);
+            it->second = sum;
+            return;
+        }
+        auto key = std::make_tuple(s.rank, t.id, s.mb);
+        auto it = state.find(key);
+        if (it != state.end() && t.isGrad && !replace) {
+            it->second = accumulate(g, s, it->second, h, t);
+            return;
+        }
+        state[key] = h;
+    }
+
+    Handle accumulate(GraphWriter& g, RankSim& s, Handle old, Handle add, const SubTensor& t) {
+        Handle out = g.tensor(tensorBase(t) + ".acc" + s.where(), extentOf(t), "gradient", false, s.rank, t.isAttr ? -1 : s.mb);
+        g.op("add", "accumulate." + tensorBase(t) + s.where(), {old, add}, {out}, json::object(), s.rank, s.mb, "backward");
+        return out;
+    }
+
+    // ----- running the programs -----
+
+    void runProgram(const Plan& plan, GraphWriter& g, int device, int replica, bool logical) {
+        RankSim s(*this, g, logical);
+        s.rank = logical ? -1 : replica * devices + device;
+        s.shift = replica * devices;
+        const auto& cells = plan.programs.at(device);
+        for (std::size_t ci = 0; ci < cells.size(); ++ci) {
+            const Cell& c = cells[ci];
+            s.mb = logical ? -1 : c.microbatch;
+            const int mbKey = logical ? 0 : c.microbatch;
+            std::string where = std::string(logical ? "logical plan" : "parallel plan") + ", device " + std::to_string(device) +
+                                (logical ? "" : " (rank " + std::to_string(s.rank) + ")") + ", microbatch " + std::to_string(c.microbatch) +
+                                ", " + toString(c.kind) + " #" + std::to_string(c.id);
+            s.prefix = sanitize(c.name) + "#" + std::to_string(c.id);
+            switch (c.kind) {
+                case CellKind::DataLoader:
+                    for (std::size_t k = 0; k < c.outputs.size(); ++k)
+                        if (c.outputs[k].tensor >= 0) {
+                            auto key = std::make_tuple(s.rank, c.outputs[k].tensor, s.mb);
+                            state.erase(key);
+                            pendingData[key] = static_cast<int>(k);
+                        }
+                    break;
+                case CellKind::Forward: {
+                    s.phase = "forward";
+                    Call call{c, {}, {}, where};
+                    for (const auto& o : c.inputs) call.in.push_back(o.tensor >= 0 ? read(plan, g, s, o.tensor, where) : -1);
+                    for (const auto& o : c.outputs) {
+                        if (o.tensor < 0) unsupported(call, "an output is not a tensor");
+                        call.outShapes.push_back(extentOf(sub(plan, o.tensor)));
+                    }
+                    Lowered low;
+                    low.cell = &c;
+                    low.inputs = call.in;
+                    s.recording = &low;
+                    low.outputs = lowerForward(s, call);
+                    s.recording = nullptr;
+                    for (std::size_t k = 0; k < c.outputs.size(); ++k) write(g, s, sub(plan, c.outputs[k].tensor), low.outputs[k], true);
+                    lowered[{s.rank, c.id, mbKey}] = std::move(low);
+                    break;
+                }
+                case CellKind::Backward:
+                    backward(plan, g, s, c, mbKey, where);
+                    break;
+                case CellKind::Adapter:
+                    adapter(plan, g, s, c, where);
+                    break;
+                case CellKind::Reducer:
+                    reducer(plan, g, s, c, where);
+                    break;
+            }
+        }
+    }
+
+    void backward(const Plan& plan, GraphWriter& g, RankSim& s, const Cell& c, int mbKey, const std::string& where) {
+        auto it = lowered.find({s.rank, c.mirror, mbKey});
+        if (it == lowered.end())
+            throw NnScalerError(where + ": its forward operator #" + std::to_string(c.mirror) + " did not run on this rank in this microbatch");
+        const Lowered& fw = it->second;
+        const Cell& fc = *fw.cell;
+        s.phase = "backward";
+        s.prefix = "bw." + sanitize(fc.name) + "#" + std::to_string(fc.id);
+        // Incoming gradients: bw input j is the gradient of the forward output whose _grad it is.
+        std::vector<Handle> outGrads(fw.outputs.size(), -1);
+        for (const auto& in : c.inputs) {
+            if (in.tensor < 0) continue;
+            std::size_t k = 0;
+            while (k < fc.outputs.size() && fc.outputs[k].grad != in.tensor) ++k;
+            if (k == fc.outputs.size())
+                throw NnScalerError(where + ": input sub-tensor " + std::to_string(in.tensor) + " is the gradient of no output of forward operator #" +
+                                    std::to_string(fc.id));
+            outGrads[k] = read(plan, g, s, in.tensor, where);
+        }
+        incoming[{s.rank, c.id, mbKey}] = outGrads;
+        auto grads = vjp(g, s, fw, outGrads);
+        for (const auto& out : c.outputs) {
+            if (out.tensor < 0) continue;
+            std::size_t k = 0;
+            while (k < fc.inputs.size() && fc.inputs[k].grad != out.tensor) ++k;
+            if (k == fc.inputs.size())
+                throw NnScalerError(where + ": output sub-tensor " + std::to_string(out.tensor) + " is the gradient of no input of forward operator #" +
+                                    std::to_string(fc.id));
+            Handle gk = grads[k];
+            const auto& t = sub(plan, out.tensor);
+            if (gk < 0) gk = s.emitOp("zeros_like", {fw.inputs[k]}, json::object(), {extentOf(t)})[0];
+            write(g, s, t, gk);
+        }
+        s.phase = "forward";
+    }
+
+    /// Reverse-mode differentiation of one lowering: the gradient of each operand (-1: none).
+    std::vector<Handle> vjp(GraphWriter& g, RankSim& s, const Lowered& fw, const std::vector<Handle>& outGrads) {
+        const auto& reg = OpRegistry::instance();
+        std::unordered_map<Handle, std::vector<Handle>> contrib;
+        for (std::size_t k = 0; k < fw.outputs.size(); ++k)
+            if (outGrads[k] >= 0) contrib[fw.outputs[k]].push_back(outGrads[k]);
+        auto total = [&](Handle t) -> Handle {
+            auto it = contrib.find(t);
+            if (it == contrib.end() || it->second.empty()) return -1;
+            auto& v = it->second;
+            Handle sum = v[0];
+            for (std::size_t k = 1; k < v.size(); ++k) sum = s.emitOp("add", {sum, v[k]}, json::object(), {g.shape(t)})[0];
+            v.assign(1, sum);
+            return sum;
+        };
+        for (std::size_t i = fw.ops.size(); i-- > 0;) {
+            const auto& op = fw.ops[i];
+            std::vector<Handle> og;
+            bool any = false;
+            for (auto o : op.outputs) {
+                og.push_back(total(o));
+                any = any || og.back() >= 0;
+            }
+            if (!any) continue;
+            for (std::size_t k = 0; k < og.size(); ++k)
+                if (og[k] < 0) og[k] = s.emitOp("zeros_like", {op.outputs[k]}, json::object(), {g.shape(op.outputs[k])})[0];
+            const auto& spec = reg.spec(*reg.find(op.kind));
+            if (!spec.vjp) throw NnScalerError("internal: registry op " + op.kind + " has no backward rule");
+            VjpArgs args{op.inputs, op.outputs, og, op.attrs};
+            auto grads = spec.vjp(s, args);
+            for (std::size_t k = 0; k < grads.size() && k < op.inputs.size(); ++k)
+                if (grads[k] >= 0 && !g.handles[static_cast<std::size_t>(op.inputs[k])].isInt) contrib[op.inputs[k]].push_back(grads[k]);
+        }
+        std::vector<Handle> res;
+        for (auto h : fw.inputs) res.push_back(h >= 0 ? total(h) : -1);
+        return res;
+    }
+
+    std::vector<int> groupOf(const json& kwargs, const std::string& key, int shift, const std::string& where) const {
+        std::vector<int> gr;
+        if (!kwargs.contains(key) || !kwargs[key].is_array()) throw NnScalerError(where + ": the primitive has no \"" + key + "\" list");
+        for (const auto& r : kwargs[key]) {
+            if (!r.is_number_integer() || r.get<std::int64_t>() < 0 || r.get<std::int64_t>() >= devices)
+                throw NnScalerError(where + ": rank " + r.dump() + " in \"" + key + "\" is not a plan device");
+            gr.push_back(static_cast<int>(r.get<std::int64_t>()) + shift);
+        }
+        return gr;
+    }
+
+    Collective& member(const CollectiveKey& key, const std::string& kind, const json& attrs, const std::vector<int>& group, const std::string& where) {
+        auto [it, inserted] = collectives.try_emplace(key);
+        if (inserted) {
+            it->second.kind = kind;
+            it->second.attrs = attrs;
+            it->second.group = group;
+            it->second.where = where;
+        }
+        return it->second;
+    }
+
+    void adapter(const Plan& plan, GraphWriter& g, RankSim& s, const Cell& c, const std::string& where) {
+        s.phase = c.forwardAdapter ? "communication" : "communication";
+        if (c.fused) {
+            if (c.primitives.size() != 1) throw NnScalerError(where + ": a fused adapter holds " + std::to_string(c.primitives.size()) + " primitives");
+            const auto& pr = c.primitives[0];
+            std::int64_t inId, outId;
+            if (c.forwardAdapter) {
+                if (pr.inputs.size() != 1 || pr.outputs.size() != 1) throw NnScalerError(where + ": " + pr.kind + " needs one input and one output");
+                inId = pr.inputs[0];
+                outId = pr.outputs[0];
+            } else {
+                if (c.inputs.size() != 1 || c.outputs.size() != 1 || c.inputs[0].tensor < 0 || c.outputs[0].tensor < 0)
+                    throw NnScalerError(where + ": a backward fused adapter needs one input and one output tensor");
+                inId = c.inputs[0].tensor;
+                outId = c.outputs[0].tensor;
+            }
+            std::string kind;
+            json attrs = json::object();
+            auto group = groupOf(pr.kwargs, "ranks", s.shift, where);
+            std::sort(group.begin(), group.end());
+            const bool fw = c.forwardAdapter;
+            const std::string& k = pr.kind;
+            auto dimOf = [&](const char* key) {
+                if (!pr.kwargs.contains(key) || !pr.kwargs[key].is_number_integer()) throw NnScalerError(where + ": " + k + " has no \"" + key + "\"");
+                return normDimOf(pr.kwargs[key].get<std::int64_t>(), extentOf(sub(plan, inId)).size(), where);
+            };
+            if (k == "AllReduceIdentityPrim") kind = fw ? "all_reduce" : "identity";
+            else if (k == "IdentityAllreducePrim") kind = fw ? "identity" : "all_reduce";
+            else if (k == "AllGatherSplitPrim") kind = fw ? "all_gather" : "chunk";
+            else if (k == "SplitAllGatherPrim") kind = fw ? "chunk" : "all_gather";
+            else if (k == "AllToAllAllToAllPrim") kind = "all_to_all";
+            else throw UnsupportedOperator(k, "", where, "no semantics for this fused primitive yet");
+            if (kind == "all_gather" || kind == "chunk") attrs["dim"] = dimOf("dim");
+            if (kind == "all_to_all") {
+                int idim = dimOf("idim"), odim = dimOf("odim");
+                attrs["split_dim"] = fw ? odim : idim;
+                attrs["concat_dim"] = fw ? idim : odim;
+            }
+            localOrCollective(plan, g, s, c, 0, kind, attrs, group, inId, outId, where);
+            return;
+        }
+        for (std::size_t pi = 0; pi < c.primitives.size(); ++pi) {
+            const auto& pr = c.primitives[pi];
+            const std::string& k = pr.kind;
+            if (k == "MovePrim") {
+                auto src = groupOf(json{{"r", json::array({pr.kwargs.value("src", json())})}}, "r", s.shift, where + " (src)")[0];
+                auto dst = groupOf(json{{"r", json::array({pr.kwargs.value("dst", json())})}}, "r", s.shift, where + " (dst)")[0];
+                std::int64_t tid = !pr.inputs.empty() ? pr.inputs[0] : !pr.outputs.empty() ? pr.outputs[0] : -1;
+                if (tid < 0) throw NnScalerError(where + ": MovePrim moves no tensor");
+                CollectiveKey key{c.id, 0, s.mb, tid, {src, dst}};
+                auto& col = member(key, "send_recv", json::object(), {src, dst}, where);
+                if (!pr.inputs.empty()) {
+                    if (s.rank != src) throw NnScalerError(where + ": MovePrim sends from rank " + std::to_string(s.rank) + " but names src " + std::to_string(src));
+                    col.in[s.rank] = read(plan, g, s, pr.inputs[0], where);
+                }
+                if (!pr.outputs.empty()) {
+                    if (s.rank != dst) throw NnScalerError(where + ": MovePrim receives on rank " + std::to_string(s.rank) + " but names dst " + std::to_string(dst));
+                    const auto& t = sub(plan, pr.outputs[0]);
+                    Handle h = g.tensor(tensorBase(t) + ".recv" + s.where(), extentOf(t), roleOf(t), isIntDtype(t.dtype), s.rank, s.mb);
+                    col.out[s.rank] = h;
+                    write(g, s, t, h);
+                }
+                continue;
+            }
+            if (pr.inputs.size() > 1 || pr.outputs.size() > 1) throw NnScalerError(where + ": " + k + " with several inputs or outputs");
+            if (k == "BroadcastPrim") {
+                auto ranks = groupOf(pr.kwargs, "ranks", s.shift, where);
+                int src = groupOf(json{{"r", json::array({pr.kwargs.value("src", json())})}}, "r", s.shift, where + " (src)")[0];
+                std::vector<int> group{src};
+                for (int r : ranks) if (r != src) group.push_back(r);
+                std::int64_t tid = !pr.outputs.empty() ? pr.outputs[0] : pr.inputs.empty() ? -1 : pr.inputs[0];
+                auto sorted = group;
+                std::sort(sorted.begin(), sorted.end());
+                CollectiveKey key{c.id, static_cast<int>(pi), s.mb, tid, sorted};
+                auto& col = member(key, "broadcast", json::object(), group, where);
+                if (!pr.inputs.empty() && s.rank == src) col.in[s.rank] = read(plan, g, s, pr.inputs[0], where);
+                if (!pr.outputs.empty()) {
+                    const auto& t = sub(plan, pr.outputs[0]);
+                    Handle h = g.tensor(tensorBase(t) + ".bcast" + s.where(), extentOf(t), roleOf(t), isIntDtype(t.dtype), s.rank, s.mb);
+                    col.out[s.rank] = h;
+                    write(g, s, t, h, !t.isGrad);
+                }
+                continue;
+            }
+            if (pr.inputs.size() != 1 || pr.outputs.size() != 1) throw NnScalerError(where + ": " + k + " needs one input and one output");
+            auto group = groupOf(pr.kwargs, "ranks", s.shift, where);
+            std::sort(group.begin(), group.end());
+            std::string kind;
+            json attrs = json::object();
+            if (k == "ChunkPrim") kind = "chunk";
+            else if (k == "AllGatherPrim") kind = "all_gather";
+            else if (k == "AllReducePrim") kind = "all_reduce";
+            else if (k == "IdentityPrim") kind = "identity";
+            else if (k == "AllToAllPrim") kind = "all_to_all";
+            else throw UnsupportedOperator(k, "", where, "no semantics for this primitive yet");
+            auto rankOfIn = extentOf(sub(plan, pr.inputs[0])).size();
+            if (kind == "chunk" || kind == "all_gather") {
+                if (!pr.kwargs.contains("dim") || !pr.kwargs["dim"].is_number_integer()) throw NnScalerError(where + ": " + k + " has no \"dim\"");
+                attrs["dim"] = normDimOf(pr.kwargs["dim"].get<std::int64_t>(), rankOfIn, where);
+            }
+            if (kind == "all_to_all") {
+                attrs["split_dim"] = normDimOf(pr.kwargs.value("odim", json(0)).get<std::int64_t>(), rankOfIn, where);
+                attrs["concat_dim"] = normDimOf(pr.kwargs.value("idim", json(0)).get<std::int64_t>(), rankOfIn, where);
+            }
+            localOrCollective(plan, g, s, c, static_cast<int>(pi), kind, attrs, group, pr.inputs[0], pr.outputs[0], where);
+        }
+    }
+
+    int normDimOf(std::int64_t d, std::size_t rank, const std::string& where) const {
+        auto r = static_cast<std::int64_t>(rank);
+        if (d < -r || d >= r) throw NnScalerError(where + ": dim " + std::to_string(d) + " is outside a tensor of rank " + std::to_string(rank));
+        return static_cast<int>(d < 0 ? d + r : d);
+    }
+
+    /// One member's part of a primitive: identity and chunk are local, the rest collectives.
+    void localOrCollective(const Plan& plan, GraphWriter& g, RankSim& s, const Cell& c, int pi, const std::string& kind, json attrs,
+                           const std::vector<int>& group, std::int64_t inId, std::int64_t outId, const std::string& where) {
+        const auto& tout = sub(plan, outId);
+        if (kind == "identity" && inId == outId) return;  // a no-op in this direction
+        Handle in = read(plan, g, s, inId, where);
+        if (kind == "identity" || kind == "chunk") {
+            if (kind == "chunk") {
+                auto pos = std::find(group.begin(), group.end(), s.rank);
+                if (pos == group.end()) throw NnScalerError(where + ": rank " + std::to_string(s.rank) + " chunks over a group it is not in");
+                attrs["parts"] = static_cast<int>(group.size());
+                attrs["index"] = static_cast<int>(pos - group.begin());
+                // The runtime takes piece pos(rank); the index map says which piece the plan meant.
+                const auto& tin = sub(plan, inId);
+                int dim = attrs["dim"].get<int>();
+                auto size = tin.box[static_cast<std::size_t>(dim)].second - tin.box[static_cast<std::size_t>(dim)].first;
+                auto piece = size / static_cast<std::int64_t>(group.size());
+                if (piece > 0 && size % static_cast<std::int64_t>(group.size()) == 0) {
+                    auto labelled = (tout.box[static_cast<std::size_t>(dim)].first - tin.box[static_cast<std::size_t>(dim)].first) / piece;
+                    if (labelled != attrs["index"].get<int>())
+                        note("adapter #" + std::to_string(c.id) + ": rank " + std::to_string(s.rank) + " chunks piece " + std::to_string(attrs["index"].get<int>()) +
+                             " of " + std::to_string(group.size()) + " at runtime (its position in the sorted group), but the output's index map labels piece " +
+                             std::to_string(labelled));
+                }
+            }
+            s.phase = "communication";
+            Handle out = s.emitOp(kind, {in}, attrs, {extentOf(tout)})[0];
+            write(g, s, tout, out);
+            return;
+        }
+        CollectiveKey key{c.id, pi, s.mb, -1, group};
+        auto& col = member(key, kind, attrs, group, where);
+        col.in[s.rank] = in;
+        Handle out = g.tensor(tensorBase(tout) + "." + kind + s.where(), extentOf(tout), roleOf(tout), isIntDtype(tout.dtype), s.rank, s.mb);
+        col.out[s.rank] = out;
+        write(g, s, tout, out);
+    }
+
+    void reducer(const Plan& plan, GraphWriter& g, RankSim& s, const Cell& c, const std::string& where) {
+        std::vector<int> group;
+        for (int d : c.devices) {
+            if (d < 0 || d >= devices) throw NnScalerError(where + ": device " + std::to_string(d) + " is not a plan device");
+            for (int r = 0; r < dp; ++r) group.push_back(d + r * devices);
+        }
+        std::sort(group.begin(), group.end());
+        for (std::size_t k = 0; k < c.inputs.size(); ++k) {
+            const auto& op = c.inputs[k];
+            if (op.tensor < 0) continue;
+            const auto& w = sub(plan, op.tensor);
+            std::int64_t gradFull = op.grad >= 0 ? sub(plan, op.grad).fullId : gradFullOf(plan, w.fullId);
+            if (gradFull < 0) throw NnScalerError(where + ": weight " + w.name + " has no gradient tensor");
+            auto key = std::make_tuple(s.rank, gradFull, boxStart(w));
+            Handle in;
+            if (auto it = gradBuffers.find(key); it != gradBuffers.end()) in = it->second;
+            else {
+                note(where + ": the reducer reads the gradient of " + w.name + ", which no op on rank " + std::to_string(s.rank) + " writes");
+                in = g.tensor(tensorBase(w) + ".grad-unwritten" + s.where(), extentOf(w), "gradient", false, s.rank, -1);
+            }
+            CollectiveKey ck{c.id, static_cast<int>(k), -1, -1, group};
+            auto& col = member(ck, "all_reduce", json::object(), group, where);
+            col.in[s.rank] = in;
+            Handle out = g.tensor(tensorBase(w) + ".grad.reduced" + s.where(), extentOf(w), "gradient", false, s.rank, -1);
+            col.out[s.rank] = out;
+            gradBuffers[key] = out;
+        }
+    }
+
+    std::int64_t gradFullOf(const Plan& plan, std::int64_t weightFull) const {
+        for (const auto& [d, cells] : plan.programs)
+            for (const auto& c : cells)
+                for (const auto& o : c.inputs)
+                    if (o.tensor >= 0 && o.grad >= 0 && plan.tensors.at(o.tensor).fullId == weightFull) return plan.tensors.at(o.grad).fullId;
+        return -1;
+    }
+
+    void emitCollectives() {
+        for (auto& [key, col] : collectives) {
+            std::vector<Handle> ins, outs;
+            if (col.kind == "send_recv") {
+                if (!col.in.count(col.group[0]))
+                    throw NnScalerError(col.where + ": rank " + std::to_string(col.group[0]) + " never sends what this move receives");
+                if (!col.out.count(col.group[1]))
+                    throw NnScalerError(col.where + ": rank " + std::to_string(col.group[1]) + " never receives what this move sends");
+                pg.op("send_recv", "send_recv." + std::to_string(key.adapter) + (key.mb >= 0 ? ".m" + std::to_string(key.mb) : "") + ".r" +
+                                       std::to_string(col.group[0]) + "-r" + std::to_string(col.group[1]),
+                      {col.in[col.group[0]]}, {col.out[col.group[1]]}, col.attrs, -1, key.mb, "communication", &col.group);
+                continue;
+            }
+            for (int r : col.group) {
+                if (!col.out.count(r) || (col.kind != "broadcast" && !col.in.count(r)))
+                    throw NnScalerError(col.where + ": rank " + std::to_string(r) + " of the group never runs its part of this " + col.kind);
+                outs.push_back(col.out[r]);
+            }
+            if (col.kind == "broadcast") {
+                if (!col.in.count(col.group[0]))
+                    throw NnScalerError(col.where + ": rank " + std::to_string(col.group[0]) + " never sends its part of this " + col.kind);
+                ins.push_back(col.in[col.group[0]]);
+            } else {
+                for (int r : col.group) ins.push_back(col.in.at(r));
+            }
+            std::string base = col.kind + "." + std::to_string(key.adapter) + (key.mb >= 0 ? ".m" + std::to_string(key.mb) : "") + ".g" +
+                               std::to_string(col.group[0]);
+            pg.op(col.kind, base, ins, outs, col.attrs, -1, key.mb, "communication", &col.group);
+        }
+    }
+
+    // ----- lineage -----
+
+    std::unordered_set<std::string> claimed;
+    json records = json::array();
+
+    /// The box a parallel sub-tensor of lane (replica, mb) covers in the logical handle's
+    /// coordinates: the batch dimension (the one dimension where the full shapes differ) is
+    /// shifted by the lane's position. False if the two cannot be related.
+    bool logicalBox(const SubTensor& p, const SubTensor& l, int replica, int mb, std::vector<std::pair<std::int64_t, std::int64_t>>& box) {
+        if (p.fullShape.size() != l.fullShape.size()) return false;
+        int batch = -1;
+        for (std::size_t d = 0; d < p.fullShape.size(); ++d)
+            if (p.fullShape[d] != l.fullShape[d]) {
+                if (batch >= 0) return false;
+                batch = static_cast<int>(d);
+            }
+        box = p.box;
+        if (batch >= 0) {
+            const auto b = static_cast<std::size_t>(batch);
+            const std::int64_t lanes = static_cast<std::int64_t>(dp) * nm;
+            if (l.fullShape[b] != lanes * p.fullShape[b]) {
+                note("the parallel plan's " + p.name + " has " + std::to_string(p.fullShape[b]) + " in dimension " + std::to_string(b) + " per microbatch; " +
+                     std::to_string(dp) + " replica(s) x " + std::to_string(nm) + " microbatch(es) of it make " + std::to_string(lanes * p.fullShape[b]) +
+                     ", but the logical plan's has " + std::to_string(l.fullShape[b]) + ": the lanes do not tile the logical batch");
+                return false;
+            }
+            const std::int64_t lane = static_cast<std::int64_t>(replica) * nm + std::max(mb, 0);
+            box[b].first += lane * p.fullShape[b];
+            box[b].second += lane * p.fullShape[b];
+        }
+        for (std::size_t d = 0; d < box.size(); ++d) {
+            box[d].first -= l.box[d].first;
+            box[d].second -= l.box[d].first;
+            if (box[d].first < 0 || box[d].second > l.box[d].second - l.box[d].first) return false;
+        }
+        return true;
+    }
+
+    /// Appends the lineage record a site claims, leaving out parallel tensors an earlier record
+    /// already describes. Returns false (and writes nothing) when the site's parts do not make up
+    /// whole values.
+    bool addRecord(const Site& site, bool initial) {
+        const SubTensor& l = *site.lsub;
+        if (l.parts != 1) return false;
+        const bool laneSum = l.isLoss && !l.isGrad;
+        // box -> lane -> parts -> part index -> handles
+        using Parts = std::map<std::int64_t, std::map<std::int64_t, std::vector<Handle>>>;
+        std::map<std::vector<std::pair<std::int64_t, std::int64_t>>, std::map<std::pair<int, int>, Parts>> groups;
+        for (const auto& in : site.instances) {
+            if (claimed.count(pg.name(in.parallel))) continue;
+            std::vector<std::pair<std::int64_t, std::int64_t>> box;
+            if (!logicalBox(*in.psub, l, in.replica, in.mb, box)) return false;
+            groups[box][{in.replica, std::max(in.mb, 0)}][in.psub->parts][in.psub->part].push_back(in.parallel);
+        }
+        if (groups.empty()) return false;
+        if (laneSum && groups.size() != 1) return false;
+        auto laneCopies = [&](const Parts& parts, std::vector<std::vector<Handle>>& copies) {
+            for (const auto& [n, byPart] : parts) {
+                if (n == 1) {
+                    for (auto h : byPart.begin()->second) copies.push_back({h});
+                    continue;
+                }
+                if (static_cast<std::int64_t>(byPart.size()) != n) return false;
+                std::size_t count = byPart.begin()->second.size();
+                for (const auto& [i, hs] : byPart)
+                    if (hs.size() != count) return false;
+                for (std::size_t c = 0; c < count; ++c) {
+                    std::vector<Handle> copy;
+                    for (const auto& [i, hs] : byPart) copy.push_back(hs[c]);
+                    copies.push_back(std::move(copy));
+                }
+            }
+            return true;
+        };
+        json slices = json::array();
+        for (const auto& [box, lanes] : groups) {
+            std::vector<std::vector<Handle>> copies;
+            if (laneSum) {
+                std::vector<std::vector<std::vector<Handle>>> perLane;
+                for (const auto& [lane, parts] : lanes) {
+                    perLane.emplace_back();
+                    if (!laneCopies(parts, perLane.back()) || perLane.back().empty()) return false;
+                }
+                if (static_cast<std::int64_t>(perLane.size()) != static_cast<std::int64_t>(dp) * nm) return false;
+                std::size_t most = 0;
+                for (const auto& c : perLane) most = std::max(most, c.size());
+                for (std::size_t k = 0; k < most; ++k) {
+                    std::vector<Handle> copy;
+                    for (const auto& c : perLane) {
+                        const auto& pick = c[std::min(k, c.size() - 1)];
+                        copy.insert(copy.end(), pick.begin(), pick.end());
+                    }
+                    copies.push_back(std::move(copy));
+                }
+            } else {
+                for (const auto& [lane, parts] : lanes)
+                    if (!laneCopies(parts, copies)) return false;
+            }
+            json jb = json::array();
+            for (const auto& [a, b] : box) jb.push_back({a, b});
+            json jc = json::array();
+            for (const auto& copy : copies) {
+                json terms = json::array();
+                for (auto h : copy) terms.push_back(pg.name(h));
+                jc.push_back(std::move(terms));
+            }
+            slices.push_back({{"box", std::move(jb)}, {"copies", std::move(jc)}});
+        }
+        (void)initial;
+        for (const auto& in : site.instances) claimed.insert(pg.name(in.parallel));
+        records.push_back({{"logical", lg.name(site.logical)}, {"slices", std::move(slices)}});
+        return true;
+    }
+
+    static bool skippedInAlignment(const Cell& c) {
+        return c.signature == "nnscaler.runtime.function.multiref" || c.signature == "nnscaler.runtime.function.identity";
+    }
+
+    bool sameOperator(const Cell& l, const Cell& p) const {
+        if (l.signature != p.signature || l.annotation != p.annotation || l.inputs.size() != p.inputs.size() || l.outputs.size() != p.outputs.size())
+            return false;
+        for (std::size_t k = 0; k < l.inputs.size(); ++k) {
+            const auto& a = l.inputs[k];
+            const auto& b = p.inputs[k];
+            if ((a.tensor >= 0) != (b.tensor >= 0)) return false;
+            if (a.tensor < 0) continue;
+            const auto& ta = L.tensors.at(a.tensor);
+            const auto& tb = P.tensors.at(b.tensor);
+            if (ta.isParameter() != tb.isParameter()) return false;
+            if (ta.isParameter() && ta.fullId != tb.fullId) return false;  // weights keep their ids across the two files
+        }
+        return true;
+    }
+
+    void buildLineage() {
+        const int ldev = L.programs.begin()->first;
+        std::vector<const Cell*> lf;
+        for (const auto& c : L.programs.at(ldev))
+            if (c.kind == CellKind::Forward && !skippedInAlignment(c)) lf.push_back(&c);
+        std::map<std::int64_t, const Cell*> logicalCell;
+        for (const auto& c : L.programs.at(ldev)) logicalCell[c.id] = &c;
+        // Align each device's forward operators of each microbatch with a run of the logical ones.
+        std::map<std::pair<int, std::int64_t>, std::map<int, const Cell*>> aligned;  // (device, cell) -> mb -> logical cell
+        for (const auto& [d, cells] : P.programs) {
+            std::map<int, std::vector<const Cell*>> seqs;
+            for (const auto& c : cells)
+                if (c.kind == CellKind::Forward && !skippedInAlignment(c)) seqs[c.microbatch].push_back(&c);
+            for (const auto& [mb, seq] : seqs) {
+                std::vector<std::size_t> found;
+                for (std::size_t o = 0; o + seq.size() <= lf.size(); ++o) {
+                    bool ok = true;
+                    for (std::size_t i = 0; i < seq.size() && ok; ++i) ok = sameOperator(*lf[o + i], *seq[i]);
+                    if (ok) found.push_back(o);
+                }
+                if (found.size() != 1) {
+                    note("device " + std::to_string(d) + ", microbatch " + std::to_string(mb) + ": its " + std::to_string(seq.size()) + " forward operators " +
+                         (found.empty() ? "match no run of the logical plan's" : "match several runs of the logical plan's") +
+                         "; only the loss and the weight gradients are checked for them");
+                    continue;
+                }
+                for (std::size_t i = 0; i < seq.size(); ++i) aligned[{d, seq[i]->id}][mb] = lf[found[0] + i];
+            }
+        }
+        // Sites: where a logical tensor and its parallel instances meet.
+        std::map<std::tuple<int, std::int64_t, int, int>, Site> sites;  // (logical order, logical cell, kind, position)
+        std::map<std::int64_t, int> order;
+        {
+            int k = 0;
+            for (const auto& c : L.programs.at(ldev)) order[c.id] = k++;
+        }
+        auto addSite = [&](const Cell& lc, int kind, int pos, Handle lh, const SubTensor& lsub, Handle ph, const SubTensor& psub, int replica, int mb) {
+            if (lh < 0 || ph < 0) return;
+            auto& site = sites[{order[lc.id], lc.id, kind, pos}];
+            site.logical = lh;
+            site.lsub = &lsub;
+            site.instances.push_back({ph, &psub, replica, mb});
+        };
+        for (const auto& [key, low] : lowered) {
+            auto [rank, cellId, mb] = key;
+            if (rank < 0) continue;
+            const int d = rank % devices, replica = rank / devices;
+            auto al = aligned.find({d, cellId});
+            if (al == aligned.end()) continue;
+            auto am = al->second.find(mb);
+            if (am == al->second.end()) continue;
+            const Cell& lc = *am->second;
+            const Lowered& ll = lowered.at({-1, lc.id, 0});
+            const Cell& pc = *low.cell;
+            for (std::size_t k = 0; k < pc.inputs.size(); ++k)
+                if (pc.inputs[k].tensor >= 0)
+                    addSite(lc, 0, static_cast<int>(k), ll.inputs[k], L.tensors.at(lc.inputs[k].tensor), low.inputs[k], P.tensors.at(pc.inputs[k].tensor), replica, mb);
+            for (std::size_t k = 0; k < pc.outputs.size(); ++k)
+                addSite(lc, 1, static_cast<int>(k), ll.outputs[k], L.tensors.at(lc.outputs[k].tensor), low.outputs[k], P.tensors.at(pc.outputs[k].tensor), replica, mb);
+        }
+        for (const auto& [key, grads] : incoming) {
+            auto [rank, cellId, mb] = key;
+            if (rank < 0) continue;
+            const int d = rank % devices, replica = rank / devices;
+            const Cell* bw = nullptr;
+            for (const auto& c : P.programs.at(d))
+                if (c.id == cellId) { bw = &c; break; }
+            if (!bw) continue;
+            auto al = aligned.find({d, bw->mirror});
+            if (al == aligned.end()) continue;
+            auto am = al->second.find(mb);
+            if (am == al->second.end()) continue;
+            const Cell& lfc = *am->second;
+            auto lin = incoming.find({-1, lfc.mirror, 0});
+            if (lin == incoming.end()) continue;
+            const Cell& pfc = *lowered.at({rank, bw->mirror, mb}).cell;
+            for (std::size_t k = 0; k < grads.size() && k < lin->second.size(); ++k) {
+                if (grads[k] < 0 || lin->second[k] < 0) continue;
+                auto pg_ = pfc.outputs[k].grad, lg_ = lfc.outputs[k].grad;
+                if (pg_ < 0 || lg_ < 0) continue;
+                addSite(*logicalCell.at(lfc.mirror), 2, static_cast<int>(k), lin->second[k], L.tensors.at(lg_), grads[k], P.tensors.at(pg_), replica, mb);
+            }
+        }
+        // Initial records: inputs, weights, buffers and the loss seed.
+        std::vector<Site> initial;
+        std::map<std::pair<int, std::int64_t>, std::size_t> initialIndex;  // (kind, key) -> site
+        auto logicalInitial = [&](const InitialRead& pr) -> const InitialRead* {
+            for (const auto& lr : initialReads) {
+                if (lr.rank >= 0) continue;
+                if (pr.dataOutput >= 0 ? lr.dataOutput == pr.dataOutput
+                                       : (pr.sub->isAttr ? lr.sub->isAttr && lr.sub->fullId == pr.sub->fullId
+                                                         : lr.sub->isGrad && lr.sub->isLoss && pr.sub->isGrad && pr.sub->isLoss))
+                    return &lr;
+            }
+            return nullptr;
+        };
+        for (const auto& pr : initialReads) {
+            if (pr.rank < 0) continue;
+            const InitialRead* lr = logicalInitial(pr);
+            if (!lr) {
+                note("parallel input " + pr.sub->name + " (sub-tensor " + std::to_string(pr.sub->id) + ") has no counterpart in the logical plan");
+                continue;
+            }
+            auto [it, inserted] = initialIndex.try_emplace({0, lr->handle}, initial.size());
+            if (inserted) initial.push_back(Site{lr->handle, lr->sub, {}});
+            initial[it->second].instances.push_back({pr.handle, pr.sub, pr.rank / devices, pr.mb});
+        }
+        for (const auto& site : initial)
+            if (!addRecord(site, true))
+                note("the inputs of logical tensor " + lg.name(site.logical) + " do not make up whole values; they are not related to it");
+        for (const auto& [key, site] : sites) addRecord(site, false);
+        // Final records: every weight gradient, on every rank holding the weight.
+        for (const auto& [key, lh] : gradBuffers) {
+            auto [rank, gradFull, box] = key;
+            if (rank >= 0) continue;
+            // The logical weight whose gradient this is.
+            const InitialRead* lw = nullptr;
+            for (const auto& r : initialReads)
+                if (r.rank < 0 && r.sub->isParameter() && gradFullOf(L, r.sub->fullId) == gradFull) lw = &r;
+            if (!lw) continue;
+            Site site{lh, lw->sub, {}};
+            SubTensor* lsub = nullptr;
+            (void)lsub;
+            for (const auto& r : initialReads) {
+                if (r.rank < 0 || !r.sub->isParameter() || r.sub->fullId != lw->sub->fullId) continue;
+                auto it = gradBuffers.find({r.rank, gradFull, boxStart(*r.sub)});
+                Handle h;
+                if (it != gradBuffers.end()) h = it->second;
+                else {
+                    note("rank " + std::to_string(r.rank) + " holds weight " + r.sub->name + " but no op writes its gradient");
+                    h = pg.tensor(tensorBase(*r.sub) + ".grad-missing@r" + std::to_string(r.rank), extentOf(*r.sub), "gradient", false, r.rank, -1);
+                }
+                site.instances.push_back({h, r.sub, r.rank / devices, -1});
+            }
+            if (site.instances.empty()) {
+                note("no rank holds weight " + lw->sub->name + "; its gradient is not checked");
+                continue;
+            }
+            // The gradient tensors stand in for the weight's sub-tensors (same boxes).
+            if (!addRecord(site, false)) note("the gradient of " + lw->sub->name + " could not be related to the parallel plan's");
+        }
+    }
+};
+
+}  // namespace
+
+void degreesFromFileName(const std::string& path, int& tp, int& pp) {
+    tp = pp = 0;
+    std::smatch m;
+    static const std::regex re("_pp([0-9]{1,6})_tp([0-9]{1,6})_");
+    if (std::regex_search(path, m, re)) {
+        pp = std::stoi(m[1].str());
+        tp = std::stoi(m[2].str());
+    }
+}
+
+ImportResult importPair(const Plan& logical, const Plan& parallel, const ImportOptions& options) {
+    if (logical.programs.size() != 1)
+        throw NnScalerError("the logical plan runs on " + std::to_string(logical.programs.size()) + " devices; a logical (single-device) plan runs on one");
+    if (logical.microbatches != 1 || logical.runtimeRanks > 1)
+        throw NnScalerError("the logical plan has " + std::to_string(logical.microbatches) + " microbatches and " + std::to_string(logical.runtimeRanks) +
+                            " runtime ranks; a logical plan has one of each");
+    Importer im(logical, parallel, options);
+    im.devices = static_cast<int>(parallel.devices.size());
+    if (im.devices < 1) throw NnScalerError("the parallel plan has no devices");
+    for (int d = 0; d < im.devices; ++d)
+        if (parallel.devices[static_cast<std::size_t>(d)] != d || !parallel.programs.count(d))
+            throw NnScalerError("the parallel plan's devices are not 0.." + std::to_string(im.devices - 1));
+    im.dp = parallel.dataParallel();
+    if (im.dp < 1 || im.dp * im.devices != parallel.runtimeRanks)
+        throw NnScalerError("the parallel plan runs on " + std::to_string(parallel.runtimeRanks) + " runtime ranks, not a multiple of its " +
+                            std::to_string(im.devices) + " devices");
+    im.nm = std::max(parallel.microbatches, 1);
+    im.runProgram(logical, im.lg, logical.programs.begin()->first, 0, true);
+    for (int r = 0; r < im.dp; ++r)
+        for (int d = 0; d < im.devices; ++d) im.runProgram(parallel, im.pg, d, r, false);
+    im.emitCollectives();
+    im.buildLineage();
+    json mesh = json::object();
+    mesh["dp"] = im.dp;
+    if (options.tp > 0 && options.pp > 0 && options.tp * options.pp == im.devices) {
+        mesh["tp"] = options.tp;
+        mesh["pp"] = options.pp;
+    } else {
+        mesh["tp"] = im.devices;
+    }
+    ImportResult& r = im.result;
+    r.plan = {{"format", "trainverify-plan"},
+              {"version", 1},
+              {"name", options.name.empty() ? std::string("nnscaler") : options.name},
+              {"description", options.description},
+              {"logical", {{"tensors", std::move(im.lg.tensors)}, {"ops", std::move(im.lg.ops)}}},
+              {"parallel", {{"mesh", mesh}, {"microbatches", im.nm}, {"tensors", std::move(im.pg.tensors)}, {"ops", std::move(im.pg.ops)}}},
+              {"lineage", std::move(im.records)}};
+    return std::move(im.result);
+}
+
+}  // namespace tv::nnscaler

@@ -1,0 +1,56 @@
+// The mapping from nnScaler's execution plans onto our plan model: a logical plan (the
+// single-device ModuleCodeGen) and a parallel plan of it become one trainverify plan with the
+// lineage between them.
+//
+// - Every forward operator is lowered to registry ops by its signature (its annotation and kwargs
+//   give the variant); its backward operator is the vector-Jacobian product of that lowering,
+//   at the forward values of the same rank and microbatch.
+// - Adapters become collectives (fused primitives take their forward or backward meaning),
+//   chunks become local chunks with the runtime's piece (the rank's position in the sorted
+//   group), weight reducers become all-reduces over the expanded group, and data-parallel
+//   replicas are written out with their ranks shifted.
+// - Repeated writes of a gradient add up (microbatches, tied weights, two producers).
+// - Lineage comes from aligning the operators lane by lane and from the sub-tensors' index and
+//   value maps (docs/research/nnscaler-ir.md §2.5); the final claims are the loss and every
+//   weight gradient on every rank holding the weight.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "nnscaler/nnscaler_plan.hpp"
+
+namespace tv::nnscaler {
+
+/// An operator (or primitive) the mapping has no semantics for: the plan cannot be verified
+/// yet. Says which operator, with which annotation, and where it first occurs.
+class UnsupportedOperator : public NnScalerError {
+public:
+    UnsupportedOperator(std::string signature, std::string annotation, std::string where, std::string reason)
+        : NnScalerError("operator " + signature + (annotation.empty() ? "" : " (" + annotation + ")") + " at " + where + ": " + reason),
+          signature(std::move(signature)), annotation(std::move(annotation)), where(std::move(where)), reason(std::move(reason)) {}
+    std::string signature, annotation, where, reason;
+};
+
+struct ImportOptions {
+    std::string name;         ///< the plan's name (default: "nnscaler")
+    std::string description;  ///< written into the plan
+    int tp = 0, pp = 0;       ///< from the file name when known (0: not known); only coordinates use them
+};
+
+struct ImportResult {
+    nlohmann::json plan;             ///< a trainverify plan, format version 1
+    std::vector<std::string> notes;  ///< what the mapping noticed (lanes it could not align, index maps that disagree with the runtime)
+};
+
+/// Maps a logical plan (one device, one microbatch) and a parallel plan of it. Throws
+/// UnsupportedOperator for an operator without semantics and NnScalerError for a plan the
+/// mapping cannot read (e.g. a backward op whose forward op never ran).
+ImportResult importPair(const Plan& logical, const Plan& parallel, const ImportOptions& options = {});
+
+/// tp and pp from an nnScaler plan file name ("..._dp2_pp2_tp2_nm2_..."); 0 when absent.
+void degreesFromFileName(const std::string& path, int& tp, int& pp);
+
+}  // namespace tv::nnscaler
