@@ -147,6 +147,17 @@ Loaded importNnScaler(const std::string& logicalPath, const std::string& paralle
         return fail(tv::Verdict::Invalid, tv::FailureKind::InvalidPlan, "cannot map " + parallelPath + " onto " + logicalPath + ": " + e.what());
     }
     notes = std::move(imported.notes);
+    if (!imported.findings.empty()) {
+        // Found while mapping: no proof can relate the two plans.
+        const auto& mf = imported.findings[0];
+        auto r = fail(tv::Verdict::NotEquivalent, tv::FailureKind::ShapeMismatch, mf.message);
+        r.invalid.failure->tensor = mf.logicalTensor;
+        r.invalid.failure->parallelTensor = mf.parallelTensor;
+        r.invalid.failure->rank = mf.rank;
+        r.invalid.failure->microbatch = mf.microbatch;
+        r.invalid.failures = {*r.invalid.failure};
+        return r;
+    }
     auto res = tv::readPlanJson(imported.plan);
     imported.plan = nlohmann::json();
     if (!res.ok()) {

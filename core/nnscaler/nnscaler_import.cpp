@@ -24,6 +24,9 @@ struct HandleInfo {
     std::string name;
     Shape shape;
     bool isInt = false;
+    std::size_t tensorIndex = 0;
+    std::int64_t producerOp = -1;  ///< index into the op array, -1 for an input
+    std::uint32_t producerSlot = 0, uses = 0;
 };
 
 /// An op the lowering of one operator emitted, kept for its backward.
@@ -56,15 +59,23 @@ public:
         if (parallel_) t["rank"] = rank;
         if (parallel_ && mb >= 0) t["microbatch"] = mb;
         tensors.push_back(std::move(t));
-        handles.push_back({name, std::move(shape), isInt});
+        handles.push_back({name, std::move(shape), isInt, tensors.size() - 1, -1, 0, 0});
         return static_cast<Handle>(handles.size() - 1);
     }
     void op(const std::string& kind, const std::string& base, const std::vector<Handle>& ins, const std::vector<Handle>& outs,
             const json& attrs, int rank, int mb, const char* phase, const std::vector<int>* group = nullptr) {
         json o = {{"id", fresh(opNames_, base)}, {"op", kind}};
         json in = json::array(), out = json::array();
-        for (auto h : ins) in.push_back(handles[static_cast<std::size_t>(h)].name);
-        for (auto h : outs) out.push_back(handles[static_cast<std::size_t>(h)].name);
+        for (auto h : ins) {
+            in.push_back(handles[static_cast<std::size_t>(h)].name);
+            ++handles[static_cast<std::size_t>(h)].uses;
+        }
+        for (std::size_t k = 0; k < outs.size(); ++k) {
+            auto& hi = handles[static_cast<std::size_t>(outs[k])];
+            out.push_back(hi.name);
+            hi.producerOp = static_cast<std::int64_t>(ops.size());
+            hi.producerSlot = static_cast<std::uint32_t>(k);
+        }
         o["inputs"] = std::move(in);
         o["outputs"] = std::move(out);
         if (!attrs.is_null() && !attrs.empty()) o["attrs"] = attrs;
@@ -77,6 +88,16 @@ public:
         ops.push_back(std::move(o));
     }
     const std::string& name(Handle h) const { return handles[static_cast<std::size_t>(h)].name; }
+    /// Names a freshly produced, not yet read tensor after what it holds (e.g. the nnScaler
+    /// tensor an operator's lowering writes); others keep their names.
+    void rename(Handle h, const std::string& base) {
+        auto& hi = handles[static_cast<std::size_t>(h)];
+        if (hi.producerOp < 0 || hi.uses > 0) return;
+        std::string name = fresh(tensorNames_, base);
+        tensors[hi.tensorIndex]["id"] = name;
+        ops[static_cast<std::size_t>(hi.producerOp)]["outputs"][hi.producerSlot] = name;
+        hi.name = std::move(name);
+    }
     const Shape& shape(Handle h) const { return handles[static_cast<std::size_t>(h)].shape; }
 
 private:
@@ -104,6 +125,13 @@ Shape extentOf(const SubTensor& t) {
     return s;
 }
 
+/// The shape a sub-tensor is held at: complex tensors as [..., 2] (real, imaginary).
+Shape localShape(const SubTensor& t) {
+    Shape s = extentOf(t);
+    if (t.dtype.rfind("complex", 0) == 0) s.push_back(2);
+    return s;
+}
+
 bool isIntDtype(const std::string& d) { return d.rfind("int", 0) == 0 || d.rfind("uint", 0) == 0 || d == "bool" || d == "long"; }
 
 std::string shapeText(const Shape& s) {
@@ -112,7 +140,7 @@ std::string shapeText(const Shape& s) {
     return o + ")";
 }
 
-[[maybe_unused]] std::string numberText(const json& v) {
+std::string numberText(const json& v) {
     if (v.is_number_integer() || v.is_number_unsigned()) return v.dump();
     if (v.is_number_float()) {
         std::string s = v.dump();  // shortest round-trip text
@@ -185,7 +213,7 @@ Handle tensorInput(const Call& c, std::size_t k) {
     return c.in[k];
 }
 
-[[maybe_unused]] const json& constantInput(const Call& c, std::size_t k) {
+const json& constantInput(const Call& c, std::size_t k) {
     if (k >= c.cell.inputs.size() || c.cell.inputs[k].tensor >= 0) unsupported(c, "input " + std::to_string(k) + " is not a constant");
     return c.cell.inputs[k].constant;
 }
@@ -268,6 +296,132 @@ std::vector<Handle> lowerForward(RankSim& s, const Call& c) {
         for (const auto& sh : c.outShapes) outs.push_back(s.emitOp("identity", {x}, json::object(), {sh})[0]);
         return outs;
     }
+    auto ends = [&](std::string_view suffix) { return sig.size() >= suffix.size() && sig.compare(sig.size() - suffix.size(), suffix.size(), suffix) == 0; };
+    // Binary arithmetic: tensor (op) tensor with broadcasting, or tensor (op) constant.
+    if (sig == "torch.add" || sig == "torch.mul" || sig == "torch.div" || sig == "torch.sub") {
+        needOutputs(1);
+        noKwargsBut({"alpha", "rounding_mode"});
+        if (kw.contains("alpha") && !(kw["alpha"].is_number() && kw["alpha"].get<double>() == 1.0)) unsupported(c, "alpha other than 1 is not supported");
+        if (kw.contains("rounding_mode") && !kw["rounding_mode"].is_null()) unsupported(c, "a rounding mode is not supported");
+        const std::string op = sig.substr(6);
+        if (c.in.size() != 2) unsupported(c, "expected two operands");
+        if (c.in[0] >= 0 && c.in[1] >= 0) return out1(s.emitOp(op, {c.in[0], c.in[1]}, json::object(), {c.outShapes[0]})[0]);
+        const bool tensorFirst = c.in[0] >= 0;
+        Handle x = tensorFirst ? c.in[0] : tensorInput(c, 1);
+        const json& k = constantInput(c, tensorFirst ? 1 : 0);
+        const std::string v = numberText(k);
+        if (v.empty()) unsupported(c, "the constant operand " + k.dump() + " is not a number");
+        if (op == "add") return out1(s.emitOp("add_scalar", {x}, json{{"value", v}}, {c.outShapes[0]})[0]);
+        if (op == "mul") return out1(s.emitOp("mul_scalar", {x}, json{{"value", v}}, {c.outShapes[0]})[0]);
+        if (op == "sub" && tensorFirst) return out1(s.emitOp("add_scalar", {x}, json{{"value", numberText(json(-k.get<double>()))}}, {c.outShapes[0]})[0]);
+        if (op == "div" && tensorFirst) {
+            const double d = k.get<double>();
+            const double sq = std::round(d * d);
+            // 1/sqrt(n), the attention scale, stays exact as div_sqrt.
+            if (d > 0 && sq >= 1 && sq < 1e9 && std::abs(std::sqrt(sq) - d) <= 1e-12 * d && std::abs(std::round(d) - d) > 1e-9)
+                return out1(s.emitOp("div_sqrt", {x}, json{{"n", static_cast<std::int64_t>(sq)}}, {c.outShapes[0]})[0]);
+            if (d == 0) unsupported(c, "division by zero");
+            return out1(s.emitOp("mul_scalar", {x}, json{{"value", "1/(" + v + ")"}}, {c.outShapes[0]})[0]);
+        }
+        unsupported(c, "a constant first operand is not supported for " + op);
+    }
+    if (sig == "torch.pow") {
+        needOutputs(1);
+        const json& e = constantInput(c, 1);
+        if (!e.is_number()) unsupported(c, "the exponent must be a number");
+        return out1(s.emitOp("pow", {tensorInput(c, 0)}, json{{"exponent", numberText(e)}}, {c.outShapes[0]})[0]);
+    }
+    struct Unary { const char* sig; const char* op; };
+    static const Unary unaries[] = {{"torch.rsqrt", "rsqrt"}, {"torch.exp", "exp"}, {"torch.sqrt", "sqrt"}, {"torch.sigmoid", "sigmoid"},
+                                    {"torch.tanh", "tanh"}, {"torch.nn.functional.silu", "silu"}, {"torch.nn.functional.relu", "relu"},
+                                    {"torch.nn.functional.gelu", "gelu"}, {"torch.neg", "neg"}};
+    for (const auto& u : unaries)
+        if (sig == u.sig) {
+            needOutputs(1);
+            noKwargsBut({"inplace", "approximate"});
+            if (kw.contains("approximate") && !(kw["approximate"].is_string() && kw["approximate"].get<std::string>() == "none"))
+                unsupported(c, "only the exact (erf) GELU is supported");
+            return out1(s.emitOp(u.op, {tensorInput(c, 0)}, json::object(), {c.outShapes[0]})[0]);
+        }
+    if (sig == "torch.Tensor.view" || sig == "torch.reshape" || sig == "torch.Tensor.reshape") {
+        needOutputs(1);
+        return {s.emitOp("reshape", {tensorInput(c, 0)}, json::object(), {c.outShapes[0]})[0]};  // size is implied by the output shape
+    }
+    if (sig == "torch.transpose") {
+        needOutputs(1);
+        Handle x = tensorInput(c, 0);
+        const auto r = s.shapeOf(x).size();
+        if (!kw.contains("dim0") || !kw.contains("dim1") || !kw["dim0"].is_number_integer() || !kw["dim1"].is_number_integer())
+            unsupported(c, "transpose needs integer dim0 and dim1");
+        json attrs = {{"dim0", normDim(c, kw["dim0"].get<std::int64_t>(), r)}, {"dim1", normDim(c, kw["dim1"].get<std::int64_t>(), r)}};
+        return {s.emitOp("transpose", {x}, attrs, {c.outShapes[0]})[0]};
+    }
+    if (sig == "torch.matmul") {
+        needOutputs(1);
+        return out1(s.emitOp("matmul", {tensorInput(c, 0), tensorInput(c, 1)}, json::object(), {c.outShapes[0]})[0]);
+    }
+    if (sig == "torch.nn.functional.softmax") {
+        needOutputs(1);
+        noKwargsBut({"dim", "_stacklevel", "dtype"});
+        if (kw.contains("dtype") && !kw["dtype"].is_null()) unsupported(c, "dtype is not supported");
+        Handle x = tensorInput(c, 0);
+        if (!kw.contains("dim") || !kw["dim"].is_number_integer()) unsupported(c, "softmax needs an integer dim");
+        return {s.emitOp("softmax", {x}, json{{"dim", normDim(c, kw["dim"].get<std::int64_t>(), s.shapeOf(x).size())}}, {c.outShapes[0]})[0]};
+    }
+    if (sig == "nnscaler.runtime.function.embedding") {
+        needOutputs(1);
+        noKwargsBut({"padding_idx", "start", "stop"});
+        if (kw.contains("padding_idx") && !kw["padding_idx"].is_null()) unsupported(c, "padding_idx is not supported");
+        Handle ids = tensorInput(c, 0), w = tensorInput(c, 1);
+        const auto rows = s.shapeOf(w).at(0);
+        const std::int64_t start = kw.value("start", json(0)).get<std::int64_t>();
+        const std::int64_t stop = kw.value("stop", json(rows)).get<std::int64_t>();
+        if (stop - start != rows) unsupported(c, "start/stop do not match the weight's " + std::to_string(rows) + " rows");
+        if (start != 0) unsupported(c, "vocabulary-parallel embedding (start " + std::to_string(start) + ") is not mapped yet");
+        return {s.emitOp("embedding", {ids, w}, json::object(), {c.outShapes[0]})[0]};
+    }
+    if (ends(".apply_mask")) {
+        needOutputs(1);
+        return out1(s.emitOp("add", {tensorInput(c, 0), tensorInput(c, 1)}, json::object(), {c.outShapes[0]})[0]);
+    }
+    if (ends(".apply_rotary_emb")) {
+        // x viewed as complex pairs (re, im) along the last dim, times freqs_cis (a complex
+        // [seqlen, dim/2] table, held as [seqlen, dim/2, 2]) broadcast over batch and heads.
+        needOutputs(2);
+        Handle f = tensorInput(c, 2);
+        const Shape fs = s.shapeOf(f);
+        if (fs.size() != 3 || fs[2] != 2) unsupported(c, "the rotary table must be complex [seqlen, dim/2]");
+        auto part = [&](Handle h, int dim, int k, const Shape& shape) {
+            Shape o = shape;
+            o[static_cast<std::size_t>(dim)] = 1;
+            return s.emitOp("slice", {h}, json{{"dim", dim}, {"start", k}, {"end", k + 1}}, {o})[0];
+        };
+        Handle fr = part(f, 2, 0, fs), fi = part(f, 2, 1, fs);
+        std::vector<Handle> outs;
+        for (int k = 0; k < 2; ++k) {
+            Handle x = tensorInput(c, static_cast<std::size_t>(k));
+            const Shape xs = s.shapeOf(x);
+            if (xs.size() != 4 || xs[3] % 2 != 0 || xs[1] != fs[0] || xs[3] / 2 != fs[1])
+                unsupported(c, "input " + std::to_string(k) + " of shape " + shapeText(xs) + " does not fit the rotary table " + shapeText(fs));
+            const Shape pairs = {xs[0], xs[1], xs[2], xs[3] / 2, 2};
+            const Shape bshape = {1, xs[1], 1, xs[3] / 2, 1};
+            Handle xp = s.emitOp("reshape", {x}, json::object(), {pairs})[0];
+            Handle xr = part(xp, 4, 0, pairs), xi = part(xp, 4, 1, pairs);
+            Handle br = s.emitOp("reshape", {fr}, json::object(), {bshape})[0];
+            Handle bi = s.emitOp("reshape", {fi}, json::object(), {bshape})[0];
+            Shape half = pairs;
+            half[4] = 1;
+            Handle rr = s.emitOp("mul", {xr, br}, json::object(), {half})[0];
+            Handle ii = s.emitOp("mul", {xi, bi}, json::object(), {half})[0];
+            Handle ri = s.emitOp("mul", {xr, bi}, json::object(), {half})[0];
+            Handle ir = s.emitOp("mul", {xi, br}, json::object(), {half})[0];
+            Handle re = s.emitOp("sub", {rr, ii}, json::object(), {half})[0];
+            Handle im = s.emitOp("add", {ri, ir}, json::object(), {half})[0];
+            Handle both = s.emitOp("concat", {re, im}, json{{"dim", 4}}, {pairs})[0];
+            outs.push_back(s.emitOp("reshape", {both}, json::object(), {c.outShapes[static_cast<std::size_t>(k)]})[0]);
+        }
+        return outs;
+    }
     unsupported(c, "no semantics for this operator yet");
 }
 
@@ -330,9 +484,17 @@ struct Importer {
         Handle handle;
         const SubTensor* sub;
         int dataOutput = -1;  ///< data loader output position
+        std::string constant; ///< a constant computed from shapes alone (the causal mask): its signature and shape
     };
     std::vector<InitialRead> initialReads;
     std::set<int> noted;
+    /// Chunks whose runtime piece (the rank's position in the sorted group, as nnScaler's
+    /// runtime and torch number group members) differs from the piece the index map labels.
+    struct Mismatch {
+        std::size_t count = 0;
+        std::string example;
+    };
+    std::map<std::int64_t, Mismatch> chunkMismatches;
 
     Importer(const Plan& l, const Plan& p, const ImportOptions& o) : L(l), P(p), opt(o) {}
 
@@ -341,6 +503,11 @@ struct Importer {
     }
 
     const SubTensor& sub(const Plan& plan, std::int64_t id) const { return plan.tensors.at(id); }
+
+    static bool isCreateMask(const Cell& c) {
+        const std::string_view suffix = ".create_mask";
+        return c.signature.size() >= suffix.size() && c.signature.compare(c.signature.size() - suffix.size(), suffix.size(), suffix) == 0;
+    }
 
     static const char* roleOf(const SubTensor& t) {
         if (t.isAttr && !t.isGrad) return t.requiresGrad ? "weight" : "input";
@@ -367,21 +534,21 @@ struct Importer {
         if (auto it = state.find(key); it != state.end()) return it->second;
         const bool isInt = isIntDtype(t.dtype);
         if (param) {
-            Handle h = g.tensor(tensorBase(t) + s.where(), extentOf(t), roleOf(t), isInt, s.rank, -1);
+            Handle h = g.tensor(tensorBase(t) + (s.rank >= 0 ? "@r" + std::to_string(s.rank) : ""), localShape(t), roleOf(t), isInt, s.rank, -1);
             state[key] = h;
-            initialReads.push_back({s.rank, -1, h, &t, -1});
+            initialReads.push_back({s.rank, -1, h, &t, -1, {}});
             return h;
         }
         if (auto pd = pendingData.find(key); pd != pendingData.end()) {
             Handle h = g.tensor(tensorBase(t) + s.where(), extentOf(t), "input", isInt, s.rank, s.mb);
             state[key] = h;
-            initialReads.push_back({s.rank, s.mb, h, &t, pd->second});
+            initialReads.push_back({s.rank, s.mb, h, &t, pd->second, {}});
             return h;
         }
         if (t.isGrad && t.isLoss) {  // the loss seed: nobody writes it
             Handle h = g.tensor(tensorBase(t) + s.where(), extentOf(t), "gradient", false, s.rank, s.mb);
             state[key] = h;
-            initialReads.push_back({s.rank, s.mb, h, &t, -1});
+            initialReads.push_back({s.rank, s.mb, h, &t, -1, {}});
             return h;
         }
         note(where + " reads " + t.name + " (sub-tensor " + std::to_string(id) + ") before any op writes it");
@@ -463,10 +630,26 @@ struct Importer {
                     Lowered low;
                     low.cell = &c;
                     low.inputs = call.in;
-                    s.recording = &low;
-                    low.outputs = lowerForward(s, call);
-                    s.recording = nullptr;
-                    for (std::size_t k = 0; k < c.outputs.size(); ++k) write(g, s, sub(plan, c.outputs[k].tensor), low.outputs[k], true);
+                    if (isCreateMask(c)) {
+                        // The causal mask depends only on the sequence length (its ^ dims are never
+                        // split): every execution holds the same constant, a copy of the logical one.
+                        const Shape& ms = call.outShapes.at(0);
+                        const Shape ts = call.in.empty() || call.in[0] < 0 ? Shape{} : g.shape(call.in[0]);
+                        if (call.outShapes.size() != 1 || ms.size() != 4 || ts.size() < 2 || ms[2] != ts[1] || ms[3] != ts[1])
+                            unsupported(call, "the mask's shape does not follow from the tokens' sequence length");
+                        Handle h = g.tensor(tensorBase(sub(plan, c.outputs[0].tensor)) + s.where(), ms, "input", false, s.rank, s.mb);
+                        initialReads.push_back({s.rank, s.mb, h, &sub(plan, c.outputs[0].tensor), -1, c.signature + shapeText(ms)});
+                        low.outputs = {h};
+                    } else {
+                        s.recording = &low;
+                        low.outputs = lowerForward(s, call);
+                        s.recording = nullptr;
+                    }
+                    for (std::size_t k = 0; k < c.outputs.size(); ++k) {
+                        if (std::find(low.inputs.begin(), low.inputs.end(), low.outputs[k]) == low.inputs.end())
+                            g.rename(low.outputs[k], tensorBase(sub(plan, c.outputs[k].tensor)) + s.where());
+                        write(g, s, sub(plan, c.outputs[k].tensor), low.outputs[k], true);
+                    }
                     lowered[{s.rank, c.id, mbKey}] = std::move(low);
                     break;
                 }
@@ -514,6 +697,8 @@ struct Importer {
             Handle gk = grads[k];
             const auto& t = sub(plan, out.tensor);
             if (gk < 0) gk = s.emitOp("zeros_like", {fw.inputs[k]}, json::object(), {extentOf(t)})[0];
+            if (std::find(fw.inputs.begin(), fw.inputs.end(), gk) == fw.inputs.end() && std::find(outGrads.begin(), outGrads.end(), gk) == outGrads.end())
+                g.rename(gk, tensorBase(t) + s.where());
             write(g, s, t, gk);
         }
         s.phase = "forward";
@@ -522,6 +707,17 @@ struct Importer {
     /// Reverse-mode differentiation of one lowering: the gradient of each operand (-1: none).
     std::vector<Handle> vjp(GraphWriter& g, RankSim& s, const Lowered& fw, const std::vector<Handle>& outGrads) {
         const auto& reg = OpRegistry::instance();
+        // Only what leads to an operand with a gradient is differentiated (nnScaler's backward op
+        // writes no gradient for the others: a mask, a rotary table, token ids).
+        std::unordered_set<Handle> needed;
+        for (std::size_t k = 0; k < fw.inputs.size(); ++k)
+            if (fw.inputs[k] >= 0 && k < fw.cell->inputs.size() && fw.cell->inputs[k].grad >= 0) needed.insert(fw.inputs[k]);
+        for (const auto& op : fw.ops) {
+            bool any = false;
+            for (auto in : op.inputs) any = any || needed.count(in);
+            if (any)
+                for (auto out : op.outputs) needed.insert(out);
+        }
         std::unordered_map<Handle, std::vector<Handle>> contrib;
         for (std::size_t k = 0; k < fw.outputs.size(); ++k)
             if (outGrads[k] >= 0) contrib[fw.outputs[k]].push_back(outGrads[k]);
@@ -536,6 +732,9 @@ struct Importer {
         };
         for (std::size_t i = fw.ops.size(); i-- > 0;) {
             const auto& op = fw.ops[i];
+            bool leads = false;
+            for (auto in : op.inputs) leads = leads || needed.count(in);
+            if (!leads) continue;
             std::vector<Handle> og;
             bool any = false;
             for (auto o : op.outputs) {
@@ -550,7 +749,8 @@ struct Importer {
             VjpArgs args{op.inputs, op.outputs, og, op.attrs};
             auto grads = spec.vjp(s, args);
             for (std::size_t k = 0; k < grads.size() && k < op.inputs.size(); ++k)
-                if (grads[k] >= 0 && !g.handles[static_cast<std::size_t>(op.inputs[k])].isInt) contrib[op.inputs[k]].push_back(grads[k]);
+                if (grads[k] >= 0 && needed.count(op.inputs[k]) && !g.handles[static_cast<std::size_t>(op.inputs[k])].isInt)
+                    contrib[op.inputs[k]].push_back(grads[k]);
         }
         std::vector<Handle> res;
         for (auto h : fw.inputs) res.push_back(h >= 0 ? total(h) : -1);
@@ -712,10 +912,13 @@ struct Importer {
                 auto piece = size / static_cast<std::int64_t>(group.size());
                 if (piece > 0 && size % static_cast<std::int64_t>(group.size()) == 0) {
                     auto labelled = (tout.box[static_cast<std::size_t>(dim)].first - tin.box[static_cast<std::size_t>(dim)].first) / piece;
-                    if (labelled != attrs["index"].get<int>())
-                        note("adapter #" + std::to_string(c.id) + ": rank " + std::to_string(s.rank) + " chunks piece " + std::to_string(attrs["index"].get<int>()) +
-                             " of " + std::to_string(group.size()) + " at runtime (its position in the sorted group), but the output's index map labels piece " +
-                             std::to_string(labelled));
+                    if (labelled != attrs["index"].get<int>()) {
+                        auto& m = chunkMismatches[c.id];
+                        if (m.count++ == 0)
+                            m.example = "rank " + std::to_string(s.rank) + " takes piece " + std::to_string(attrs["index"].get<int>()) + " of " +
+                                        std::to_string(group.size()) + " along dim " + std::to_string(dim) + ", its output's index map says piece " +
+                                        std::to_string(labelled);
+                    }
                 }
             }
             s.phase = "communication";
@@ -802,6 +1005,7 @@ struct Importer {
     // ----- lineage -----
 
     std::unordered_set<std::string> claimed;
+    bool batchNoted_ = false;
     json records = json::array();
 
     /// The box a parallel sub-tensor of lane (replica, mb) covers in the logical handle's
@@ -820,9 +1024,10 @@ struct Importer {
             const auto b = static_cast<std::size_t>(batch);
             const std::int64_t lanes = static_cast<std::int64_t>(dp) * nm;
             if (l.fullShape[b] != lanes * p.fullShape[b]) {
-                note("the parallel plan's " + p.name + " has " + std::to_string(p.fullShape[b]) + " in dimension " + std::to_string(b) + " per microbatch; " +
+                if (!batchNoted_) note("the parallel plan's " + p.name + " has " + std::to_string(p.fullShape[b]) + " in dimension " + std::to_string(b) + " per microbatch; " +
                      std::to_string(dp) + " replica(s) x " + std::to_string(nm) + " microbatch(es) of it make " + std::to_string(lanes * p.fullShape[b]) +
-                     ", but the logical plan's has " + std::to_string(l.fullShape[b]) + ": the lanes do not tile the logical batch");
+                     ", but the logical plan's has " + std::to_string(l.fullShape[b]) + ": the lanes do not tile the logical batch (the first of the tensors affected)");
+                batchNoted_ = true;
                 return false;
             }
             const std::int64_t lane = static_cast<std::int64_t>(replica) * nm + std::max(mb, 0);
@@ -851,6 +1056,7 @@ struct Importer {
             if (claimed.count(pg.name(in.parallel))) continue;
             std::vector<std::pair<std::int64_t, std::int64_t>> box;
             if (!logicalBox(*in.psub, l, in.replica, in.mb, box)) return false;
+            if (in.psub->dtype.rfind("complex", 0) == 0) box.emplace_back(0, 2);
             groups[box][{in.replica, std::max(in.mb, 0)}][in.psub->parts][in.psub->part].push_back(in.parallel);
         }
         if (groups.empty()) return false;
@@ -915,6 +1121,11 @@ struct Importer {
 
     static bool skippedInAlignment(const Cell& c) {
         return c.signature == "nnscaler.runtime.function.multiref" || c.signature == "nnscaler.runtime.function.identity";
+    }
+
+    int rankOfParallel(Handle h) const {
+        const auto& t = pg.tensors[pg.handles[static_cast<std::size_t>(h)].tensorIndex];
+        return t.contains("rank") ? t["rank"].get<int>() : -1;
     }
 
     bool sameOperator(const Cell& l, const Cell& p) const {
@@ -1022,6 +1233,10 @@ struct Importer {
         auto logicalInitial = [&](const InitialRead& pr) -> const InitialRead* {
             for (const auto& lr : initialReads) {
                 if (lr.rank >= 0) continue;
+                if (!pr.constant.empty() || !lr.constant.empty()) {
+                    if (pr.constant == lr.constant) return &lr;
+                    continue;
+                }
                 if (pr.dataOutput >= 0 ? lr.dataOutput == pr.dataOutput
                                        : (pr.sub->isAttr ? lr.sub->isAttr && lr.sub->fullId == pr.sub->fullId
                                                          : lr.sub->isGrad && lr.sub->isLoss && pr.sub->isGrad && pr.sub->isLoss))
@@ -1039,6 +1254,30 @@ struct Importer {
             auto [it, inserted] = initialIndex.try_emplace({0, lr->handle}, initial.size());
             if (inserted) initial.push_back(Site{lr->handle, lr->sub, {}});
             initial[it->second].instances.push_back({pr.handle, pr.sub, pr.rank / devices, pr.mb});
+        }
+        // The data: every lane's batch must be its own part of the logical batch.
+        for (const auto& site : initial) {
+            for (const auto& in : site.instances) {
+                const auto& p = *in.psub;
+                const auto& l = *site.lsub;
+                if (in.mb < 0 || p.fullShape.size() != l.fullShape.size()) continue;
+                for (std::size_t d = 0; d < p.fullShape.size(); ++d) {
+                    const std::int64_t lanes = static_cast<std::int64_t>(dp) * nm;
+                    if (p.fullShape[d] == l.fullShape[d] || l.fullShape[d] == lanes * p.fullShape[d]) continue;
+                    MappingFinding f;
+                    f.logicalTensor = lg.name(site.logical);
+                    f.parallelTensor = pg.name(in.parallel);
+                    f.rank = pg.handles[static_cast<std::size_t>(in.parallel)].name.empty() ? -1 : rankOfParallel(in.parallel);
+                    f.microbatch = in.mb;
+                    f.message = "the parallel plan processes " + std::to_string(lanes * p.fullShape[d]) + " samples per step (" + std::to_string(dp) +
+                                " data-parallel replica(s) x " + std::to_string(nm) + " microbatch(es) x " + std::to_string(p.fullShape[d]) + " in dimension " +
+                                std::to_string(d) + " of " + p.name + ") where the logical plan processes " + std::to_string(l.fullShape[d]) +
+                                ": its data loaders do not split the logical batch, so it does not compute the logical training step";
+                    result.findings.push_back(std::move(f));
+                    break;
+                }
+                if (!result.findings.empty()) break;
+            }
         }
         for (const auto& site : initial)
             if (!addRecord(site, true))
@@ -1077,6 +1316,53 @@ struct Importer {
     }
 };
 
+/// Removes the ops nothing uses (dead data loaders' consumers, the data gradient, gradients of
+/// masks and tables the lowering computes alongside, outputs collected for printing) and the
+/// tensors only they touched. Tensors named in `keep` (the lineage) stay.
+void removeDeadOps(GraphWriter& g, const std::unordered_set<std::string>& keep) {
+    const std::size_t n = g.ops.size();
+    std::unordered_map<std::string, std::size_t> producer, uses;
+    for (std::size_t i = 0; i < n; ++i) {
+        for (const auto& t : g.ops[i]["outputs"]) producer[t.get<std::string>()] = i;
+        for (const auto& t : g.ops[i]["inputs"]) ++uses[t.get<std::string>()];
+    }
+    std::vector<bool> dead(n, false);
+    auto isDead = [&](std::size_t i) {
+        for (const auto& t : g.ops[i]["outputs"]) {
+            const auto& name = t.get_ref<const std::string&>();
+            if (keep.count(name) || uses[name] > 0) return false;
+        }
+        return true;
+    };
+    std::vector<std::size_t> work;
+    for (std::size_t i = 0; i < n; ++i)
+        if (isDead(i)) work.push_back(i);
+    while (!work.empty()) {
+        auto i = work.back();
+        work.pop_back();
+        if (dead[i] || !isDead(i)) continue;
+        dead[i] = true;
+        for (const auto& t : g.ops[i]["inputs"]) {
+            const auto& name = t.get_ref<const std::string&>();
+            if (--uses[name] == 0)
+                if (auto it = producer.find(name); it != producer.end() && !dead[it->second]) work.push_back(it->second);
+        }
+    }
+    json ops = json::array();
+    std::unordered_set<std::string> live(keep.begin(), keep.end());
+    for (std::size_t i = 0; i < n; ++i) {
+        if (dead[i]) continue;
+        for (const auto& t : g.ops[i]["inputs"]) live.insert(t.get<std::string>());
+        for (const auto& t : g.ops[i]["outputs"]) live.insert(t.get<std::string>());
+        ops.push_back(std::move(g.ops[i]));
+    }
+    json tensors = json::array();
+    for (auto& t : g.tensors)
+        if (live.count(t["id"].get<std::string>())) tensors.push_back(std::move(t));
+    g.ops = std::move(ops);
+    g.tensors = std::move(tensors);
+}
+
 }  // namespace
 
 void degreesFromFileName(const std::string& path, int& tp, int& pp) {
@@ -1110,7 +1396,21 @@ ImportResult importPair(const Plan& logical, const Plan& parallel, const ImportO
     for (int r = 0; r < im.dp; ++r)
         for (int d = 0; d < im.devices; ++d) im.runProgram(parallel, im.pg, d, r, false);
     im.emitCollectives();
+    for (const auto& [id, m] : im.chunkMismatches)
+        im.note("adapter #" + std::to_string(id) + ": " + std::to_string(m.count) + " chunk execution(s) take another piece at runtime than their index maps say (e.g. " +
+                m.example + "); the runtime's piece is what is verified");
     im.buildLineage();
+    {
+        std::unordered_set<std::string> keepLogical, keepParallel;
+        for (const auto& r : im.records) {
+            keepLogical.insert(r["logical"].get<std::string>());
+            for (const auto& sl : r["slices"])
+                for (const auto& copy : sl["copies"])
+                    for (const auto& t : copy) keepParallel.insert(t.get<std::string>());
+        }
+        removeDeadOps(im.lg, keepLogical);
+        removeDeadOps(im.pg, keepParallel);
+    }
     json mesh = json::object();
     mesh["dp"] = im.dp;
     if (options.tp > 0 && options.pp > 0 && options.tp * options.pp == im.devices) {

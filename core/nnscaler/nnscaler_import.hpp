@@ -40,8 +40,17 @@ struct ImportOptions {
     int tp = 0, pp = 0;       ///< from the file name when known (0: not known); only coordinates use them
 };
 
+/// A defect found while mapping, before any proof: the parallel plan does not process the
+/// logical plan's data (its lanes do not tile the logical batch).
+struct MappingFinding {
+    std::string message;
+    std::string logicalTensor, parallelTensor;
+    int rank = -1, microbatch = -1;
+};
+
 struct ImportResult {
     nlohmann::json plan;             ///< a trainverify plan, format version 1
+    std::vector<MappingFinding> findings;  ///< non-empty: the plan is not equivalent, whatever the proofs say
     std::vector<std::string> notes;  ///< what the mapping noticed (lanes it could not align, index maps that disagree with the runtime)
 };
 
