@@ -13,7 +13,7 @@
 
 #include "generate/generator.hpp"
 #include "io/plan_json.hpp"
-#include "nnscaler/nnscaler_import.hpp"
+#include "nnscaler/nnscaler_pair.hpp"
 #include "nnscaler/nnscaler_plan.hpp"
 #include "pickle/pickle.hpp"
 #include "verify/symmetry.hpp"
@@ -97,75 +97,12 @@ Loaded load(const std::string& path) {
 
 /// A pair of nnScaler plans mapped onto the plan model, or the report that says why not.
 Loaded importNnScaler(const std::string& logicalPath, const std::string& parallelPath, std::vector<std::string>& notes) {
-    auto t0 = std::chrono::steady_clock::now();
+    auto pair = tv::nnscaler::loadPair(logicalPath, parallelPath);
     Loaded l;
-    auto fail = [&](tv::Verdict v, tv::FailureKind kind, const std::string& msg) {
-        l.invalid = tv::VerifyReport{};
-        l.invalid.verdict = v;
-        tv::Failure f;
-        f.kind = kind;
-        f.message = msg;
-        l.invalid.failure = f;
-        l.invalid.failures = {f};
-        if (v == tv::Verdict::Invalid) l.invalid.problems.push_back(tv::PlanProblem{"", msg});
-        l.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        return std::move(l);
-    };
-    auto readOne = [&](const std::string& path, tv::nnscaler::Plan& out, std::string& error) {
-        try {
-            auto doc = tv::pickle::readFile(path);
-            out = tv::nnscaler::readPlan(doc);
-            return true;
-        } catch (const tv::pickle::PickleError& e) {
-            error = path + ": not a readable pickle: " + e.what();
-        } catch (const tv::nnscaler::NnScalerError& e) {
-            error = path + ": not a readable nnScaler plan: " + e.what();
-        }
-        return false;
-    };
-    tv::nnscaler::Plan logical, parallel;
-    std::string error;
-    if (!readOne(logicalPath, logical, error) || !readOne(parallelPath, parallel, error))
-        return fail(tv::Verdict::Invalid, tv::FailureKind::InvalidPlan, error);
-    tv::nnscaler::ImportOptions opt;
-    auto stem = [](const std::string& p) {
-        auto s = p.substr(p.find_last_of('/') == std::string::npos ? 0 : p.find_last_of('/') + 1);
-        if (auto dot = s.rfind('.'); dot != std::string::npos) s = s.substr(0, dot);
-        return s;
-    };
-    opt.name = stem(parallelPath);
-    opt.description = "nnScaler execution plan " + stem(parallelPath) + " (" + std::to_string(parallel.runtimeRanks) + " ranks) against its logical plan " +
-                      stem(logicalPath) + ", mapped by trainverify";
-    tv::nnscaler::degreesFromFileName(parallelPath, opt.tp, opt.pp);
-    tv::nnscaler::ImportResult imported;
-    try {
-        imported = tv::nnscaler::importPair(logical, parallel, opt);
-    } catch (const tv::nnscaler::UnsupportedOperator& e) {
-        return fail(tv::Verdict::Inconclusive, tv::FailureKind::UnsupportedOperator,
-                    "cannot verify yet: " + std::string(e.what()) + " (supported operators: docs/nnscaler.md)");
-    } catch (const tv::nnscaler::NnScalerError& e) {
-        return fail(tv::Verdict::Invalid, tv::FailureKind::InvalidPlan, "cannot map " + parallelPath + " onto " + logicalPath + ": " + e.what());
-    }
-    notes = std::move(imported.notes);
-    if (!imported.findings.empty()) {
-        // Found while mapping: no proof can relate the two plans.
-        const auto& mf = imported.findings[0];
-        auto r = fail(tv::Verdict::NotEquivalent, tv::FailureKind::ShapeMismatch, mf.message);
-        r.invalid.failure->tensor = mf.logicalTensor;
-        r.invalid.failure->parallelTensor = mf.parallelTensor;
-        r.invalid.failure->rank = mf.rank;
-        r.invalid.failure->microbatch = mf.microbatch;
-        r.invalid.failures = {*r.invalid.failure};
-        return r;
-    }
-    auto res = tv::readPlanJson(imported.plan);
-    imported.plan = nlohmann::json();
-    if (!res.ok()) {
-        std::string msg = "internal error: the mapped plan is invalid: " + (res.problems.empty() ? std::string() : res.problems[0].toString());
-        return fail(tv::Verdict::Invalid, tv::FailureKind::InvalidPlan, msg);
-    }
-    l.plan = std::move(res.plan);
-    l.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    l.seconds = pair.seconds;
+    notes = std::move(pair.notes);
+    if (pair.plan) l.plan = std::move(pair.plan);
+    else l.invalid = std::move(pair.report);
     return l;
 }
 
@@ -340,7 +277,10 @@ int inspectPickle(const std::string& path, bool asJson) {
         };
         line("operators     ", operators);
         line("primitives    ", primitives);
-        std::cout << "note          verifying nnScaler plans is not built yet (docs/nnscaler.md)\n";
+        if (plan->runtimeRanks <= 1 && plan->microbatches <= 1)
+            std::cout << "verify        trainverify verify --logical " << path << " --parallel PARALLEL.pkl   (this is a single-device plan)\n";
+        else
+            std::cout << "verify        trainverify verify --logical LOGICAL.pkl --parallel " << path << "\n";
         return 0;
     }
     std::cout << "classes       " << counts.size() << " distinct; the most frequent:\n";

@@ -873,8 +873,8 @@ PlanLoadResult readPlanJson(const json& doc) {
 PlanLoadResult readPlanText(const std::string& text) {
     if (pickle::looksLikePickle(text)) {
         PlanLoadResult r;
-        r.problems.push_back({"", "this is a Python pickle (an nnScaler plan?), not a JSON plan: `trainverify inspect` shows what a pickle "
-                                  "holds; verifying pickled plans is not supported yet (docs/nnscaler.md)"});
+        r.problems.push_back({"", "this is a Python pickle (an nnScaler plan?), not a JSON plan: verify a pair of nnScaler plans with "
+                                  "`trainverify verify --logical Gs.pkl --parallel Gp.pkl`; `trainverify inspect` shows what a pickle holds"});
         return r;
     }
     json doc;

@@ -1,0 +1,85 @@
+#include "nnscaler/nnscaler_pair.hpp"
+
+#include <chrono>
+
+#include "io/plan_json.hpp"
+#include "nnscaler/nnscaler_import.hpp"
+#include "pickle/pickle.hpp"
+
+namespace tv::nnscaler {
+
+PairLoad loadPair(const std::string& logicalPath, const std::string& parallelPath) {
+    auto t0 = std::chrono::steady_clock::now();
+    PairLoad l;
+    auto fail = [&](Verdict v, FailureKind kind, const std::string& msg) {
+        l.report = VerifyReport{};
+        l.report.verdict = v;
+        Failure f;
+        f.kind = kind;
+        f.message = msg;
+        l.report.failure = f;
+        l.report.failures = {f};
+        if (v == Verdict::Invalid) l.report.problems.push_back(PlanProblem{"", msg});
+        l.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        return std::move(l);
+    };
+    auto readOne = [&](const std::string& path, Plan& out, std::string& error) {
+        try {
+            auto doc = pickle::readFile(path);
+            out = readPlan(doc);
+            return true;
+        } catch (const pickle::PickleError& e) {
+            error = path + ": not a readable pickle: " + e.what();
+        } catch (const NnScalerError& e) {
+            error = path + ": not a readable nnScaler plan: " + e.what();
+        }
+        return false;
+    };
+    Plan logical, parallel;
+    std::string error;
+    if (!readOne(logicalPath, logical, error) || !readOne(parallelPath, parallel, error))
+        return fail(Verdict::Invalid, FailureKind::InvalidPlan, error);
+    ImportOptions opt;
+    auto stem = [](const std::string& p) {
+        auto s = p.substr(p.find_last_of('/') == std::string::npos ? 0 : p.find_last_of('/') + 1);
+        if (auto dot = s.rfind('.'); dot != std::string::npos) s = s.substr(0, dot);
+        return s;
+    };
+    opt.name = stem(parallelPath);
+    opt.description = "nnScaler execution plan " + stem(parallelPath) + " (" + std::to_string(parallel.runtimeRanks) + " ranks) against its logical plan " +
+                      stem(logicalPath) + ", mapped by trainverify";
+    degreesFromFileName(parallelPath, opt.tp, opt.pp);
+    ImportResult imported;
+    try {
+        imported = importPair(logical, parallel, opt);
+    } catch (const UnsupportedOperator& e) {
+        return fail(Verdict::Inconclusive, FailureKind::UnsupportedOperator,
+                    "cannot verify yet: " + std::string(e.what()) + " (supported operators: docs/nnscaler.md)");
+    } catch (const NnScalerError& e) {
+        return fail(Verdict::Invalid, FailureKind::InvalidPlan, "cannot map " + parallelPath + " onto " + logicalPath + ": " + e.what());
+    }
+    l.notes = std::move(imported.notes);
+    if (!imported.findings.empty()) {
+        // Found while mapping: no proof can relate the two plans.
+        const auto& mf = imported.findings[0];
+        auto r = fail(Verdict::NotEquivalent, FailureKind::ShapeMismatch, mf.message);
+        r.report.failure->tensor = mf.logicalTensor;
+        r.report.failure->parallelTensor = mf.parallelTensor;
+        r.report.failure->rank = mf.rank;
+        r.report.failure->microbatch = mf.microbatch;
+        r.report.failures = {*r.report.failure};
+        return r;
+    }
+    auto res = readPlanJson(imported.plan);
+    imported.plan = nlohmann::json();
+    if (!res.ok()) {
+        std::string msg = "internal error: the mapped plan is invalid: " + (res.problems.empty() ? std::string() : res.problems[0].toString());
+        return fail(Verdict::Invalid, FailureKind::InvalidPlan, msg);
+    }
+    l.plan = std::move(res.plan);
+    l.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return l;
+}
+
+
+}  // namespace tv::nnscaler
