@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <map>
 #include <regex>
 #include <set>
@@ -42,6 +43,10 @@ struct Lowered {
     const Cell* cell = nullptr;
     std::vector<Handle> inputs, outputs;
     std::vector<EmittedOp> ops;
+    /// Dropout masks the operator draws (inputs of the graph), with the part of the logical
+    /// mask each holds: the box as a sub-tensor of the mask's full (per-microbatch) shape.
+    std::vector<Handle> masks;
+    std::vector<SubTensor> maskParts;
 };
 
 /// Writes the tensors and ops of one graph (the logical or the parallel one) as plan JSON.
@@ -164,6 +169,18 @@ public:
     std::string prefix;
     Lowered* recording = nullptr;
 
+    /// A fresh dropout mask of `shape` for the operator being lowered; `part` says which part of
+    /// the logical mask it is (full shape per microbatch and box).
+    Handle mask(const Shape& shape, SubTensor part) {
+        Handle h = g_.tensor(prefix + ".dropout_mask" + (recording && !recording->masks.empty() ? "." + std::to_string(recording->masks.size()) : "") + where(),
+                             shape, "input", false, rank, mb);
+        if (recording) {
+            recording->masks.push_back(h);
+            recording->maskParts.push_back(std::move(part));
+        }
+        return h;
+    }
+
     std::vector<Handle> emitOp(std::string_view op, std::vector<Handle> inputs, json attrs, std::vector<Shape> outShapes) override {
         std::vector<Handle> outs;
         bool isInt = false;
@@ -198,6 +215,7 @@ private:
 
 /// The operands of one operator execution.
 struct Call {
+    const Plan& plan;
     const Cell& cell;
     std::vector<Handle> in;    ///< per input position: the tensor's handle, or -1 for a constant
     std::vector<Shape> outShapes;
@@ -422,6 +440,116 @@ std::vector<Handle> lowerForward(RankSim& s, const Call& c) {
         }
         return outs;
     }
+    if (sig == "torch.nn.functional.dropout") {
+        needOutputs(1);
+        noKwargsBut({"p", "training", "inplace"});
+        Handle x = tensorInput(c, 0);
+        const json p = kw.value("p", json(0.5));
+        const json training = kw.value("training", json(true));
+        // "self.training": the module's flag, set during a training step.
+        const bool active = training.is_boolean() ? training.get<bool>() : (training.is_string() && training.get<std::string>() == "self.training");
+        if (!training.is_boolean() && !active) unsupported(c, "training is " + training.dump());
+        if (!p.is_number()) unsupported(c, "p must be a number");
+        if (!active || p.get<double>() == 0) return {s.emitOp("identity", {x}, json::object(), {c.outShapes[0]})[0]};
+        // The mask is the output's part of the logical mask: both plans draw the same random
+        // numbers for the same elements (what the parallelization's RNG must guarantee).
+        SubTensor part = c.plan.tensors.at(c.cell.outputs[0].tensor);
+        part.name = "dropout mask of " + part.name;
+        part.parts = 1, part.part = 0;
+        Handle m = s.mask(c.outShapes[0], part);
+        return {s.emitOp("dropout", {x, m}, json{{"p", numberText(p)}}, {c.outShapes[0]})[0]};
+    }
+    if (sig == "nnscaler.runtime.function.layer_norm") {
+        needOutputs(1);
+        noKwargsBut({"normalized_shape", "eps"});
+        Handle x = tensorInput(c, 0);
+        if (c.in.size() != 3 || c.in[1] < 0 || c.in[2] < 0) unsupported(c, "layer norm without a weight and a bias is not supported");
+        const auto& ns = kw.value("normalized_shape", json());
+        if (!(ns.is_array() && ns.size() == 1 && ns[0].is_number_integer() && ns[0].get<std::int64_t>() == s.shapeOf(x).back()))
+            unsupported(c, "only a normalized_shape of the last dimension is supported");
+        const json eps = kw.value("eps", json(1e-5));
+        return {s.emitOp("layernorm", {x, c.in[1], c.in[2]}, json{{"eps", numberText(eps)}}, {c.outShapes[0]})[0]};
+    }
+    // The scale 1/sqrt(n) of attention stays exact as div_sqrt; another factor is a decimal.
+    auto scaleBy = [&](Handle h, double scale, const Shape& shape) {
+        const double n = std::round(1.0 / (scale * scale));
+        if (scale > 0 && n >= 1 && n < 1e9 && std::abs(1.0 / std::sqrt(n) - scale) <= 1e-12 * scale)
+            return s.emitOp("div_sqrt", {h}, json{{"n", static_cast<std::int64_t>(n)}}, {shape})[0];
+        return s.emitOp("mul_scalar", {h}, json{{"value", numberText(json(scale))}}, {shape})[0];
+    };
+    auto subOf = [&](std::size_t k) -> const SubTensor& { return c.plan.tensors.at(c.cell.inputs.at(k).tensor); };
+    if (ends(".self_attention")) {
+        // examples/nlp/blocks/attention.py: qkv = linear(query, qkv_proj, qkv_bias) laid out as
+        // (h d 3); per (batch, head) softmax(scale q k^T) with dropout, times v; then out_proj.
+        needOutputs(1);
+        noKwargsBut({"h", "scale", "dropout_p", "mask"});
+        if (kw.value("mask", json(false)) != json(false)) unsupported(c, "the masked variant is not supported");
+        Handle q0 = tensorInput(c, 0), w = tensorInput(c, 1), b = tensorInput(c, 2), wo = tensorInput(c, 3);
+        const Shape qs = s.shapeOf(q0), ws = s.shapeOf(w);
+        if (!kw.contains("h") || !kw["h"].is_number_integer() || kw["h"].get<std::int64_t>() < 1) unsupported(c, "h must be a positive integer");
+        const std::int64_t h = kw["h"].get<std::int64_t>();
+        if (qs.size() != 3 || ws.size() != 2 || ws[0] % (3 * h) != 0) unsupported(c, "qkv_proj's rows do not split into h heads of (d, 3)");
+        const std::int64_t L = qs[0], N = qs[1], d = ws[0] / h / 3;
+        Handle qkv = s.emitOp("linear", {q0, w, b}, json::object(), {{L, N, ws[0]}})[0];
+        Handle qkv5 = s.emitOp("reshape", {qkv}, json::object(), {{L, N, h, d, 3}})[0];
+        auto pick = [&](int k, json perm, Shape shape) {
+            Handle one = s.emitOp("slice", {qkv5}, json{{"dim", 4}, {"start", k}, {"end", k + 1}}, {{L, N, h, d, 1}})[0];
+            Handle four = s.emitOp("reshape", {one}, json::object(), {{L, N, h, d}})[0];
+            return s.emitOp("permute", {four}, json{{"dims", perm}}, {shape})[0];
+        };
+        Handle q = pick(0, {1, 2, 0, 3}, {N, h, L, d});
+        Handle k = pick(1, {1, 2, 3, 0}, {N, h, d, L});
+        Handle v = pick(2, {1, 2, 0, 3}, {N, h, L, d});
+        Handle scores = s.emitOp("matmul", {q, k}, json::object(), {{N, h, L, L}})[0];
+        if (!kw.contains("scale") || !kw["scale"].is_number()) unsupported(c, "scale must be a number");
+        Handle scaled = scaleBy(scores, kw["scale"].get<double>(), {N, h, L, L});
+        Handle probs = s.emitOp("softmax", {scaled}, json{{"dim", 3}}, {{N, h, L, L}})[0];
+        const json p = kw.value("dropout_p", json(0.0));
+        if (!p.is_number()) unsupported(c, "dropout_p must be a number");
+        if (p.get<double>() != 0) {
+            // The mask's part: this op's batch range; every head (a split along the heads would
+            // change what the runtime's h means) and the whole sequence.
+            const SubTensor& qsub = subOf(0);
+            const SubTensor& wsub = subOf(1);
+            if (wsub.box[0].second - wsub.box[0].first != wsub.fullShape[0] || qsub.box[0].second - qsub.box[0].first != qsub.fullShape[0])
+                unsupported(c, "an attention split along heads or the sequence: its dropout mask cannot be related to the logical one");
+            SubTensor part;
+            part.name = "attention dropout mask of " + qsub.name;
+            part.fullShape = {qsub.fullShape[1], h, L, L};
+            part.box = {qsub.box[1], {0, h}, {0, L}, {0, L}};
+            Handle m = s.mask({N, h, L, L}, part);
+            probs = s.emitOp("dropout", {probs, m}, json{{"p", numberText(p)}}, {{N, h, L, L}})[0];
+        }
+        Handle ctx = s.emitOp("matmul", {probs, v}, json::object(), {{N, h, L, d}})[0];
+        Handle ctxT = s.emitOp("permute", {ctx}, json{{"dims", {2, 0, 1, 3}}}, {{L, N, h, d}})[0];
+        Handle flat = s.emitOp("reshape", {ctxT}, json::object(), {{L, N, h * d}})[0];
+        return {s.emitOp("linear", {flat, wo}, json::object(), {c.outShapes[0]})[0]};
+    }
+    if (ends(".feedforward")) {
+        // examples/nlp/blocks/mlp.py: linear(x, proj1, proj1_bias), exact GELU, dropout, linear(proj2).
+        needOutputs(1);
+        noKwargsBut({"dropout", "is_training"});
+        Handle x = tensorInput(c, 0), w1 = tensorInput(c, 1), b1 = tensorInput(c, 2), w2 = tensorInput(c, 3);
+        const Shape xs = s.shapeOf(x), w1s = s.shapeOf(w1);
+        if (xs.size() != 3 || w1s.size() != 2) unsupported(c, "expected x [L, N, E] and proj1 [H, E]");
+        const Shape hidden = {xs[0], xs[1], w1s[0]};
+        Handle a = s.emitOp("linear", {x, w1, b1}, json::object(), {hidden})[0];
+        Handle g = s.emitOp("gelu", {a}, json::object(), {hidden})[0];
+        const json p = kw.value("dropout", json(0.0));
+        const json training = kw.value("is_training", json(true));
+        if (!p.is_number() || !training.is_boolean()) unsupported(c, "dropout must be a number and is_training a boolean");
+        if (training.get<bool>() && p.get<double>() != 0) {
+            const SubTensor& xsub = subOf(0);
+            const SubTensor& wsub = subOf(1);
+            SubTensor part;
+            part.name = "feedforward dropout mask of " + xsub.name;
+            part.fullShape = {xsub.fullShape[0], xsub.fullShape[1], wsub.fullShape[0]};
+            part.box = {xsub.box[0], xsub.box[1], wsub.box[0]};
+            Handle m = s.mask(hidden, part);
+            g = s.emitOp("dropout", {g, m}, json{{"p", numberText(p)}}, {hidden})[0];
+        }
+        return {s.emitOp("linear", {g, w2}, json::object(), {c.outShapes[0]})[0]};
+    }
     unsupported(c, "no semantics for this operator yet");
 }
 
@@ -621,7 +749,7 @@ struct Importer {
                     break;
                 case CellKind::Forward: {
                     s.phase = "forward";
-                    Call call{c, {}, {}, where};
+                    Call call{plan, c, {}, {}, where};
                     for (const auto& o : c.inputs) call.in.push_back(o.tensor >= 0 ? read(plan, g, s, o.tensor, where) : -1);
                     for (const auto& o : c.outputs) {
                         if (o.tensor < 0) unsupported(call, "an output is not a tensor");
@@ -1138,8 +1266,10 @@ struct Importer {
             if (a.tensor < 0) continue;
             const auto& ta = L.tensors.at(a.tensor);
             const auto& tb = P.tensors.at(b.tensor);
-            if (ta.isParameter() != tb.isParameter()) return false;
-            if (ta.isParameter() && ta.fullId != tb.fullId) return false;  // weights keep their ids across the two files
+            // Weights keep their ids across the two files; a weight read through a multiref
+            // (a new full tensor of the same name) keeps its name.
+            if (ta.isParameter() && (tb.isParameter() ? ta.fullId != tb.fullId : ta.name != tb.name)) return false;
+            if (tb.isParameter() && !ta.isParameter()) return false;
         }
         return true;
     }
@@ -1254,6 +1384,29 @@ struct Importer {
             auto [it, inserted] = initialIndex.try_emplace({0, lr->handle}, initial.size());
             if (inserted) initial.push_back(Site{lr->handle, lr->sub, {}});
             initial[it->second].instances.push_back({pr.handle, pr.sub, pr.rank / devices, pr.mb});
+        }
+        // Dropout masks: each aligned execution's mask is its part of the logical operator's.
+        std::deque<SubTensor> maskSubs;
+        std::map<Handle, std::size_t> maskSite;
+        for (const auto& [key, low] : lowered) {
+            auto [rank, cellId, mb] = key;
+            if (rank < 0 || low.masks.empty()) continue;
+            const int d = rank % devices, replica = rank / devices;
+            auto al = aligned.find({d, cellId});
+            if (al == aligned.end() || !al->second.count(mb)) {
+                note("the dropout masks of operator #" + std::to_string(cellId) + " on rank " + std::to_string(rank) + " cannot be related to the logical plan's");
+                continue;
+            }
+            const Lowered& ll = lowered.at({-1, al->second.at(mb)->id, 0});
+            for (std::size_t k = 0; k < low.masks.size() && k < ll.masks.size(); ++k) {
+                auto [it, inserted] = maskSite.try_emplace(ll.masks[k], initial.size());
+                if (inserted) {
+                    maskSubs.push_back(ll.maskParts[k]);
+                    initial.push_back(Site{ll.masks[k], &maskSubs.back(), {}});
+                }
+                maskSubs.push_back(low.maskParts[k]);
+                initial[it->second].instances.push_back({low.masks[k], &maskSubs.back(), replica, mb});
+            }
         }
         // The data: every lane's batch must be its own part of the logical batch.
         for (const auto& site : initial) {
