@@ -124,6 +124,10 @@ std::string sanitize(const std::string& s) {
     return out.empty() ? "t" : out;
 }
 
+bool endsWith(std::string_view s, std::string_view suffix) {
+    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 Shape extentOf(const SubTensor& t) {
     Shape s;
     for (const auto& [a, b] : t.box) s.push_back(b - a);
@@ -189,7 +193,7 @@ public:
         if (kind) {
             const auto& spec = reg.spec(*kind);
             // Movement ops keep their input's dtype.
-            if (spec.cls == OpClass::Movement && !inputs.empty()) isInt = g_.handles[static_cast<std::size_t>(inputs[0])].isInt;
+            if ((spec.cls == OpClass::Movement || op == "identity") && !inputs.empty()) isInt = g_.handles[static_cast<std::size_t>(inputs[0])].isInt;
         }
         for (std::size_t k = 0; k < outShapes.size(); ++k)
             outs.push_back(g_.tensor(prefix + "." + std::string(op) + (outShapes.size() > 1 ? "." + std::to_string(k) : "") + where(),
@@ -550,6 +554,78 @@ std::vector<Handle> lowerForward(RankSim& s, const Call& c) {
         }
         return {s.emitOp("linear", {g, w2}, json::object(), {c.outShapes[0]})[0]};
     }
+    if (ends(".gate_fw")) {
+        // genmodel/model/llama3_moe: scores = sigmoid (or softmax) of linear(x, weight); the topk
+        // experts, within the topk_groups best of n_groups groups (a group scored by its best
+        // expert); weights = their scores (renormalized for sigmoid) times route_scale. Held
+        // densely: output 0 is [tokens, experts] with each chosen expert's weight and 0 elsewhere,
+        // output 1 the chosen experts' mask.
+        needOutputs(2);
+        noKwargsBut({"score_func", "bias", "n_groups", "topk_groups", "topk", "route_scale"});
+        if (kw.contains("bias") && !kw["bias"].is_null()) unsupported(c, "a routing bias is not supported");
+        Handle x = tensorInput(c, 0), w = tensorInput(c, 1);
+        const Shape xs = s.shapeOf(x), ws = s.shapeOf(w);
+        if (xs.size() != 2 || ws.size() != 2) unsupported(c, "expected x [tokens, h] and weight [experts, h]");
+        const Shape dense = {xs[0], ws[0]};
+        if (c.outShapes[0] != dense || c.outShapes[1] != dense) unsupported(c, "the routing outputs are not held densely");
+        auto integer = [&](const char* key, std::int64_t dflt) {
+            const json v = kw.value(key, json(dflt));
+            if (!v.is_number_integer() || v.get<std::int64_t>() < 1) unsupported(c, std::string(key) + " must be a positive integer");
+            return v.get<std::int64_t>();
+        };
+        const auto topk = integer("topk", 1), groups = integer("n_groups", 1), topkGroups = integer("topk_groups", groups);
+        const std::string scoreFunc = kw.value("score_func", json("softmax")).is_string() ? kw.value("score_func", json("softmax")).get<std::string>() : "";
+        if (scoreFunc != "sigmoid" && scoreFunc != "softmax") unsupported(c, "score_func must be sigmoid or softmax");
+        const json scale = kw.value("route_scale", json(1));
+        if (!scale.is_number()) unsupported(c, "route_scale must be a number");
+        Handle logits = s.emitOp("linear", {x, w}, json::object(), {dense})[0];
+        Handle scores = scoreFunc == "sigmoid" ? s.emitOp("sigmoid", {logits}, json::object(), {dense})[0]
+                                               : s.emitOp("softmax", {logits}, json{{"dim", 1}}, {dense})[0];
+        json route = {{"k", topk}};
+        if (groups > 1) route.update({{"groups", groups}, {"topk_groups", topkGroups}, {"group_score", "max"}});
+        Handle chosen = s.emitOp("topk_mask", {scores}, route, {dense})[0];
+        Handle weights = s.emitOp("mul", {scores, chosen}, json::object(), {dense})[0];
+        if (scoreFunc == "sigmoid") {
+            Handle total = s.emitOp("sum", {weights}, json{{"dims", {1}}, {"keepdim", true}}, {{xs[0], 1}})[0];
+            weights = s.emitOp("div", {weights, total}, json::object(), {dense})[0];
+        }
+        weights = s.emitOp("mul_scalar", {weights}, json{{"value", numberText(scale)}}, {dense})[0];
+        return {weights, chosen};
+    }
+    if (ends(".nnscaler_moe_gmm")) {
+        // y[t] = sum over the chosen local experts e of weight[t, e] * W2_e (silu(W1_e x_t) * W3_e x_t),
+        // with the local experts [local_expert_start, local_expert_end) of n_routed_experts; held
+        // densely over the local experts (a token's unchosen experts have weight 0).
+        needOutputs(1);
+        noKwargsBut({"n_routed_experts", "local_expert_start", "local_expert_end"});
+        Handle x = tensorInput(c, 0), weights = tensorInput(c, 2), w1 = tensorInput(c, 3), w3 = tensorInput(c, 4), w2 = tensorInput(c, 5);
+        tensorInput(c, 1);  // the chosen experts: implied by the dense weights
+        const Shape xs = s.shapeOf(x), rs = s.shapeOf(weights), w1s = s.shapeOf(w1), w2s = s.shapeOf(w2);
+        auto integer = [&](const char* key) {
+            if (!kw.contains(key) || !kw[key].is_number_integer()) unsupported(c, std::string(key) + " must be an integer");
+            return kw[key].get<std::int64_t>();
+        };
+        const auto experts = integer("n_routed_experts"), start = integer("local_expert_start"), end = integer("local_expert_end");
+        if (xs.size() != 2 || rs.size() != 2 || rs[1] != experts || w1s.size() != 3 || w2s.size() != 3 || s.shapeOf(w3) != w1s)
+            unsupported(c, "expected x [tokens, h], dense routing [tokens, experts] and expert stacks [E, d, h], [E, d, h], [E, h, d]");
+        const std::int64_t a = xs[0], h = xs[1], El = w1s[0], d = w1s[1];
+        if (start < 0 || end > experts || end - start != El) unsupported(c, "local experts [" + std::to_string(start) + ", " + std::to_string(end) + ") do not match the " + std::to_string(El) + " expert weights held");
+        Handle local = start == 0 && end == experts ? weights : s.emitOp("slice", {weights}, json{{"dim", 1}, {"start", start}, {"end", end}}, {{a, El}})[0];
+        auto up = [&](Handle wt) {
+            Handle flat = s.emitOp("reshape", {wt}, json::object(), {{El * d, h}})[0];
+            Handle y = s.emitOp("linear", {x, flat}, json::object(), {{a, El * d}})[0];
+            return s.emitOp("reshape", {y}, json::object(), {{a, El, d}})[0];
+        };
+        Handle g1 = up(w1), g3 = up(w3);
+        Handle act = s.emitOp("silu", {g1}, json::object(), {{a, El, d}})[0];
+        Handle inter = s.emitOp("mul", {act, g3}, json::object(), {{a, El, d}})[0];
+        Handle perExpert = s.emitOp("permute", {inter}, json{{"dims", {1, 0, 2}}}, {{El, a, d}})[0];
+        Handle down = s.emitOp("matmul", {perExpert, w2}, json{{"transpose_b", true}}, {{El, a, h}})[0];
+        Handle r = s.emitOp("permute", {local}, json{{"dims", {1, 0}}}, {{El, a}})[0];
+        Handle r3 = s.emitOp("reshape", {r}, json::object(), {{El, a, 1}})[0];
+        Handle weighted = s.emitOp("mul", {down, r3}, json::object(), {{El, a, h}})[0];
+        return out1(s.emitOp("sum", {weighted}, json{{"dims", {0}}}, {{a, h}})[0]);
+    }
     unsupported(c, "no semantics for this operator yet");
 }
 
@@ -624,7 +700,40 @@ struct Importer {
     };
     std::map<std::int64_t, Mismatch> chunkMismatches;
 
-    Importer(const Plan& l, const Plan& p, const ImportOptions& o) : L(l), P(p), opt(o) {}
+    Importer(const Plan& l, const Plan& p, const ImportOptions& o) : L(l), P(p), opt(o) {
+        findDenseRouting(l);
+        findDenseRouting(p);
+    }
+
+    /// MoE routing (gate_fw's weights and indices, [tokens, k], and their gradients) is held
+    /// densely as [tokens, experts]: the routing weight of every expert, 0 where not chosen, and
+    /// the chosen experts' mask. The full tensors so held, with the number of experts.
+    std::map<std::int64_t, std::int64_t> denseFull;
+    void findDenseRouting(const Plan& plan) {
+        for (const auto& [d, cells] : plan.programs)
+            for (const auto& c : cells) {
+                if (c.kind != CellKind::Forward || !endsWith(c.signature, ".gate_fw") || c.inputs.size() < 2 || c.inputs[1].tensor < 0) continue;
+                const auto& w = plan.tensors.at(c.inputs[1].tensor);
+                if (w.fullShape.empty()) continue;
+                for (const auto& o : c.outputs) {
+                    if (o.tensor < 0) continue;
+                    denseFull[plan.tensors.at(o.tensor).fullId] = w.fullShape[0];
+                    if (o.grad >= 0) denseFull[plan.tensors.at(o.grad).fullId] = w.fullShape[0];
+                }
+            }
+    }
+    /// A sub-tensor as held: complex as (re, im) pairs, routing densely.
+    SubTensor adjusted(const SubTensor& t) const {
+        auto it = denseFull.find(t.fullId);
+        if (it == denseFull.end() || t.box.empty()) return t;
+        SubTensor a = t;
+        a.fullShape.back() = it->second;
+        a.box.back() = {0, it->second};
+        a.dtype = "float32";
+        return a;
+    }
+    Shape shapeOf(const SubTensor& t) const { return localShape(adjusted(t)); }
+    bool isInt(const SubTensor& t) const { return isIntDtype(adjusted(t).dtype); }
 
     void note(const std::string& s) {
         if (std::find(result.notes.begin(), result.notes.end(), s) == result.notes.end()) result.notes.push_back(s);
@@ -655,32 +764,32 @@ struct Importer {
             auto it = gradBuffers.find({s.rank, t.fullId, boxStart(t)});
             if (it != gradBuffers.end()) return it->second;
             note(where + " reads weight gradient " + t.name + " before any op writes it");
-            return g.tensor(tensorBase(t) + ".unwritten" + s.where(), extentOf(t), "gradient", false, s.rank, -1);
+            return g.tensor(tensorBase(t) + ".unwritten" + s.where(), shapeOf(t), "gradient", false, s.rank, -1);
         }
         const int mbKey = param ? -1 : s.mb;
         auto key = std::make_tuple(s.rank, id, mbKey);
         if (auto it = state.find(key); it != state.end()) return it->second;
-        const bool isInt = isIntDtype(t.dtype);
+        const bool intTensor = isInt(t);
         if (param) {
-            Handle h = g.tensor(tensorBase(t) + (s.rank >= 0 ? "@r" + std::to_string(s.rank) : ""), localShape(t), roleOf(t), isInt, s.rank, -1);
+            Handle h = g.tensor(tensorBase(t) + (s.rank >= 0 ? "@r" + std::to_string(s.rank) : ""), shapeOf(t), roleOf(t), intTensor, s.rank, -1);
             state[key] = h;
             initialReads.push_back({s.rank, -1, h, &t, -1, {}});
             return h;
         }
         if (auto pd = pendingData.find(key); pd != pendingData.end()) {
-            Handle h = g.tensor(tensorBase(t) + s.where(), extentOf(t), "input", isInt, s.rank, s.mb);
+            Handle h = g.tensor(tensorBase(t) + s.where(), shapeOf(t), "input", intTensor, s.rank, s.mb);
             state[key] = h;
             initialReads.push_back({s.rank, s.mb, h, &t, pd->second, {}});
             return h;
         }
         if (t.isGrad && t.isLoss) {  // the loss seed: nobody writes it
-            Handle h = g.tensor(tensorBase(t) + s.where(), extentOf(t), "gradient", false, s.rank, s.mb);
+            Handle h = g.tensor(tensorBase(t) + s.where(), shapeOf(t), "gradient", false, s.rank, s.mb);
             state[key] = h;
             initialReads.push_back({s.rank, s.mb, h, &t, -1, {}});
             return h;
         }
         note(where + " reads " + t.name + " (sub-tensor " + std::to_string(id) + ") before any op writes it");
-        Handle h = g.tensor(tensorBase(t) + ".unwritten" + s.where(), extentOf(t), roleOf(t), isInt, s.rank, s.mb);
+        Handle h = g.tensor(tensorBase(t) + ".unwritten" + s.where(), shapeOf(t), roleOf(t), intTensor, s.rank, s.mb);
         state[key] = h;
         return h;
     }
@@ -694,9 +803,9 @@ struct Importer {
     /// A write: a gradient adds to what the tensor already holds (microbatches, tied weights, two
     /// producers); anything else replaces it.
     void write(GraphWriter& g, RankSim& s, const SubTensor& t, Handle h, bool replace = false) {
-        if (g.shape(h) != extentOf(t))
+        if (g.shape(h) != shapeOf(t))
             throw NnScalerError("at rank " + std::to_string(s.rank) + ": a value of shape " + shapeText(g.shape(h)) + " is written to " + t.name +
-                                " (sub-tensor " + std::to_string(t.id) + ") of shape " + shapeText(extentOf(t)));
+                                " (sub-tensor " + std::to_string(t.id) + ") of shape " + shapeText(shapeOf(t)));
         if (t.isAttr && t.isGrad) {
             auto key = std::make_tuple(s.rank, t.fullId, boxStart(t));
             auto it = gradBuffers.find(key);
@@ -718,7 +827,7 @@ struct Importer {
     }
 
     Handle accumulate(GraphWriter& g, RankSim& s, Handle old, Handle add, const SubTensor& t) {
-        Handle out = g.tensor(tensorBase(t) + ".acc" + s.where(), extentOf(t), "gradient", false, s.rank, t.isAttr ? -1 : s.mb);
+        Handle out = g.tensor(tensorBase(t) + ".acc" + s.where(), shapeOf(t), "gradient", false, s.rank, t.isAttr ? -1 : s.mb);
         g.op("add", "accumulate." + tensorBase(t) + s.where(), {old, add}, {out}, json::object(), s.rank, s.mb, "backward");
         return out;
     }
@@ -753,7 +862,7 @@ struct Importer {
                     for (const auto& o : c.inputs) call.in.push_back(o.tensor >= 0 ? read(plan, g, s, o.tensor, where) : -1);
                     for (const auto& o : c.outputs) {
                         if (o.tensor < 0) unsupported(call, "an output is not a tensor");
-                        call.outShapes.push_back(extentOf(sub(plan, o.tensor)));
+                        call.outShapes.push_back(shapeOf(sub(plan, o.tensor)));
                     }
                     Lowered low;
                     low.cell = &c;
@@ -811,6 +920,12 @@ struct Importer {
             if (k == fc.outputs.size())
                 throw NnScalerError(where + ": input sub-tensor " + std::to_string(in.tensor) + " is the gradient of no output of forward operator #" +
                                     std::to_string(fc.id));
+            const auto& gt = sub(plan, in.tensor);
+            if (!gt.isAttr && gt.isGrad && !gt.isLoss && !state.count({s.rank, in.tensor, s.mb})) {
+                // No op produced this gradient (the output's consumers have no backward, e.g.
+                // create_mask): as in autograd, it is zero.
+                continue;
+            }
             outGrads[k] = read(plan, g, s, in.tensor, where);
         }
         incoming[{s.rank, c.id, mbKey}] = outGrads;
@@ -824,7 +939,7 @@ struct Importer {
                                     std::to_string(fc.id));
             Handle gk = grads[k];
             const auto& t = sub(plan, out.tensor);
-            if (gk < 0) gk = s.emitOp("zeros_like", {fw.inputs[k]}, json::object(), {extentOf(t)})[0];
+            if (gk < 0) gk = s.emitOp("zeros_like", {fw.inputs[k]}, json::object(), {shapeOf(t)})[0];
             if (std::find(fw.inputs.begin(), fw.inputs.end(), gk) == fw.inputs.end() && std::find(outGrads.begin(), outGrads.end(), gk) == outGrads.end())
                 g.rename(gk, tensorBase(t) + s.where());
             write(g, s, t, gk);
@@ -931,7 +1046,7 @@ struct Importer {
             const std::string& k = pr.kind;
             auto dimOf = [&](const char* key) {
                 if (!pr.kwargs.contains(key) || !pr.kwargs[key].is_number_integer()) throw NnScalerError(where + ": " + k + " has no \"" + key + "\"");
-                return normDimOf(pr.kwargs[key].get<std::int64_t>(), extentOf(sub(plan, inId)).size(), where);
+                return normDimOf(pr.kwargs[key].get<std::int64_t>(), shapeOf(sub(plan, inId)).size(), where);
             };
             if (k == "AllReduceIdentityPrim") kind = fw ? "all_reduce" : "identity";
             else if (k == "IdentityAllreducePrim") kind = fw ? "identity" : "all_reduce";
@@ -965,7 +1080,7 @@ struct Importer {
                 if (!pr.outputs.empty()) {
                     if (s.rank != dst) throw NnScalerError(where + ": MovePrim receives on rank " + std::to_string(s.rank) + " but names dst " + std::to_string(dst));
                     const auto& t = sub(plan, pr.outputs[0]);
-                    Handle h = g.tensor(tensorBase(t) + ".recv" + s.where(), extentOf(t), roleOf(t), isIntDtype(t.dtype), s.rank, s.mb);
+                    Handle h = g.tensor(tensorBase(t) + ".recv" + s.where(), shapeOf(t), roleOf(t), isInt(t), s.rank, s.mb);
                     col.out[s.rank] = h;
                     write(g, s, t, h);
                 }
@@ -985,7 +1100,7 @@ struct Importer {
                 if (!pr.inputs.empty() && s.rank == src) col.in[s.rank] = read(plan, g, s, pr.inputs[0], where);
                 if (!pr.outputs.empty()) {
                     const auto& t = sub(plan, pr.outputs[0]);
-                    Handle h = g.tensor(tensorBase(t) + ".bcast" + s.where(), extentOf(t), roleOf(t), isIntDtype(t.dtype), s.rank, s.mb);
+                    Handle h = g.tensor(tensorBase(t) + ".bcast" + s.where(), shapeOf(t), roleOf(t), isInt(t), s.rank, s.mb);
                     col.out[s.rank] = h;
                     write(g, s, t, h, !t.isGrad);
                 }
@@ -1002,7 +1117,7 @@ struct Importer {
             else if (k == "IdentityPrim") kind = "identity";
             else if (k == "AllToAllPrim") kind = "all_to_all";
             else throw UnsupportedOperator(k, "", where, "no semantics for this primitive yet");
-            auto rankOfIn = extentOf(sub(plan, pr.inputs[0])).size();
+            auto rankOfIn = shapeOf(sub(plan, pr.inputs[0])).size();
             if (kind == "chunk" || kind == "all_gather") {
                 if (!pr.kwargs.contains("dim") || !pr.kwargs["dim"].is_number_integer()) throw NnScalerError(where + ": " + k + " has no \"dim\"");
                 attrs["dim"] = normDimOf(pr.kwargs["dim"].get<std::int64_t>(), rankOfIn, where);
@@ -1050,14 +1165,14 @@ struct Importer {
                 }
             }
             s.phase = "communication";
-            Handle out = s.emitOp(kind, {in}, attrs, {extentOf(tout)})[0];
+            Handle out = s.emitOp(kind, {in}, attrs, {shapeOf(tout)})[0];
             write(g, s, tout, out);
             return;
         }
         CollectiveKey key{c.id, pi, s.mb, -1, group};
         auto& col = member(key, kind, attrs, group, where);
         col.in[s.rank] = in;
-        Handle out = g.tensor(tensorBase(tout) + "." + kind + s.where(), extentOf(tout), roleOf(tout), isIntDtype(tout.dtype), s.rank, s.mb);
+        Handle out = g.tensor(tensorBase(tout) + "." + kind + s.where(), shapeOf(tout), roleOf(tout), isInt(tout), s.rank, s.mb);
         col.out[s.rank] = out;
         write(g, s, tout, out);
     }
@@ -1080,12 +1195,12 @@ struct Importer {
             if (auto it = gradBuffers.find(key); it != gradBuffers.end()) in = it->second;
             else {
                 note(where + ": the reducer reads the gradient of " + w.name + ", which no op on rank " + std::to_string(s.rank) + " writes");
-                in = g.tensor(tensorBase(w) + ".grad-unwritten" + s.where(), extentOf(w), "gradient", false, s.rank, -1);
+                in = g.tensor(tensorBase(w) + ".grad-unwritten" + s.where(), shapeOf(w), "gradient", false, s.rank, -1);
             }
             CollectiveKey ck{c.id, static_cast<int>(k), -1, -1, group};
             auto& col = member(ck, "all_reduce", json::object(), group, where);
             col.in[s.rank] = in;
-            Handle out = g.tensor(tensorBase(w) + ".grad.reduced" + s.where(), extentOf(w), "gradient", false, s.rank, -1);
+            Handle out = g.tensor(tensorBase(w) + ".grad.reduced" + s.where(), shapeOf(w), "gradient", false, s.rank, -1);
             col.out[s.rank] = out;
             gradBuffers[key] = out;
         }
@@ -1174,7 +1289,7 @@ struct Importer {
     /// already describes. Returns false (and writes nothing) when the site's parts do not make up
     /// whole values.
     bool addRecord(const Site& site, bool initial) {
-        const SubTensor& l = *site.lsub;
+        const SubTensor l = adjusted(*site.lsub);
         if (l.parts != 1) return false;
         const bool laneSum = l.isLoss && !l.isGrad;
         // box -> lane -> parts -> part index -> handles
@@ -1183,7 +1298,7 @@ struct Importer {
         for (const auto& in : site.instances) {
             if (claimed.count(pg.name(in.parallel))) continue;
             std::vector<std::pair<std::int64_t, std::int64_t>> box;
-            if (!logicalBox(*in.psub, l, in.replica, in.mb, box)) return false;
+            if (!logicalBox(adjusted(*in.psub), l, in.replica, in.mb, box)) return false;
             if (in.psub->dtype.rfind("complex", 0) == 0) box.emplace_back(0, 2);
             groups[box][{in.replica, std::max(in.mb, 0)}][in.psub->parts][in.psub->part].push_back(in.parallel);
         }
@@ -1455,7 +1570,7 @@ struct Importer {
                 if (it != gradBuffers.end()) h = it->second;
                 else {
                     note("rank " + std::to_string(r.rank) + " holds weight " + r.sub->name + " but no op writes its gradient");
-                    h = pg.tensor(tensorBase(*r.sub) + ".grad-missing@r" + std::to_string(r.rank), extentOf(*r.sub), "gradient", false, r.rank, -1);
+                    h = pg.tensor(tensorBase(*r.sub) + ".grad-missing@r" + std::to_string(r.rank), shapeOf(*r.sub), "gradient", false, r.rank, -1);
                 }
                 site.instances.push_back({h, r.sub, r.rank / devices, -1});
             }

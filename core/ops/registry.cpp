@@ -242,6 +242,12 @@ struct Unary {
     static void eval(const A& alg, std::span<const Value<typename A::S>* const> in, std::span<Value<typename A::S>> out,
                      const EvalContext& ctx) {
         auto& o = out[0];
+        if (in[0]->isInt) {
+            // Only identity accepts index tensors (checkOp): they pass through unchanged.
+            o.isInt = true;
+            o.iv = in[0]->iv;
+            return;
+        }
         initOut(alg, o);
         for (std::size_t i = 0; i < o.v.size(); ++i) o.v[i] = F::f(alg, in[0]->v[i], ctx.attrs);
     }
