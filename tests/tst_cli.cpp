@@ -174,7 +174,60 @@ private slots:
         QVERIFY2(bad.err.contains("not a readable pickle: byte "), qPrintable(bad.err));
         auto v = trainverify({"verify", pkl});
         QCOMPARE(v.exitCode, 3);
-        QVERIFY2(v.out.contains("is a Python pickle"), qPrintable(v.out));
+        QVERIFY2(v.out.contains("is a Python pickle") && v.out.contains("--logical"), qPrintable(v.out));
+    }
+
+    // A pair of nnScaler plans verifies from the command line with the usual verdicts, exit codes
+    // and JSON report; convert writes the mapped plan; bad input is exit code 3 with a reason.
+    void verifyNnScalerPair() {
+        const QString dir = QStringLiteral(TV_SOURCE_DIR "/resources/nnscaler-plans/");
+        const QString logical = dir + "mlp_mgener_dp1_pp1_tp1_nm1_gbs16_dim1024_ly2.pkl";
+        const QString parallel = dir + "mlp_mgener_dp2_pp2_tp2_nm2_gbs16_dim1024_ly2.pkl";
+        auto r = trainverify({"verify", "--logical", logical, "--parallel", parallel});
+        QCOMPARE(r.exitCode, 0);
+        QVERIFY2(r.out.startsWith("EQUIVALENT"), qPrintable(r.out));
+        auto j = QJsonDocument::fromJson(trainverify({"verify", "--logical", logical, "--parallel", parallel, "--json", "-"}).out.toUtf8()).object();
+        QCOMPARE(j["verdict"].toString(), QStringLiteral("equivalent"));
+        QCOMPARE(j["nnscaler"].toObject()["parallel"].toString(), parallel);
+        // convert: the mapped plan, verified as a JSON plan, gives the same verdict
+        QTemporaryDir tmp;
+        const QString out = tmp.filePath("m3.json");
+        auto c = trainverify({"convert", "--logical", logical, "--parallel", parallel, "-o", out});
+        QCOMPARE(c.exitCode, 0);
+        QVERIFY2(c.err.contains("converted"), qPrintable(c.err));
+        auto v = trainverify({"verify", out});
+        QCOMPARE(v.exitCode, 0);
+        auto info = QJsonDocument::fromJson(trainverify({"inspect", out, "--json"}).out.toUtf8()).object();
+        QCOMPARE(info["ranks"].toInt(), 8);
+        QCOMPARE(info["mesh"].toObject()["pp"].toInt(), 2);
+        // a finding made while mapping: exit 1 with its diagnosis
+        auto l1 = trainverify({"verify", "--logical", dir + "llama3_default_dp1_pp1_tp1_nm1_gbs512_ly2_h32_hi4096_sq128.pkl", "--parallel",
+                               dir + "llama3_default_dp2_pp1_tp2_nm2_gbs512_ly2_h32_hi4096_sq128.pkl"});
+        QCOMPARE(l1.exitCode, 1);
+        QVERIFY2(l1.out.contains("shape_mismatch") && l1.out.contains("1024 samples per step"), qPrintable(l1.out));
+        // bad input
+        QFile in(parallel), cut(tmp.filePath("cut.pkl"));
+        QVERIFY(in.open(QIODevice::ReadOnly) && cut.open(QIODevice::WriteOnly));
+        cut.write(in.read(20000));
+        cut.close();
+        auto truncated = trainverify({"verify", "--logical", logical, "--parallel", tmp.filePath("cut.pkl")});
+        QCOMPARE(truncated.exitCode, 3);
+        QVERIFY2(truncated.out.contains("cut.pkl: not a readable pickle: byte"), qPrintable(truncated.out));
+        QFile odict(tmp.filePath("dict.pkl"));
+        QVERIFY(odict.open(QIODevice::WriteOnly));
+        odict.write(QByteArray::fromHex("800263636f6c6c656374696f6e730a4f726465726564446963740a7100295271012e"));
+        odict.close();
+        auto notPlan = trainverify({"verify", "--logical", logical, "--parallel", tmp.filePath("dict.pkl")});
+        QCOMPARE(notPlan.exitCode, 3);
+        QVERIFY2(notPlan.out.contains("dict.pkl: not a readable nnScaler plan"), qPrintable(notPlan.out));
+        auto swapped = trainverify({"verify", "--logical", parallel, "--parallel", logical});
+        QCOMPARE(swapped.exitCode, 3);
+        QVERIFY2(swapped.out.contains("a logical (single-device) plan runs on one"), qPrintable(swapped.out));
+        QCOMPARE(trainverify({"verify", "--logical", logical}).exitCode, 3);
+        QCOMPARE(trainverify({"convert", "--logical", logical, "--parallel", parallel}).exitCode, 3);
+        auto conv = trainverify({"convert", "--logical", logical, "--parallel", tmp.filePath("cut.pkl"), "-o", tmp.filePath("x.json")});
+        QCOMPARE(conv.exitCode, 3);
+        QVERIFY(!QFile::exists(tmp.filePath("x.json")));
     }
 
     // generate writes a plan that verifies, and --verify exits with the verdict's code.

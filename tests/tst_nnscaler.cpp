@@ -5,10 +5,16 @@
 // and value parts.
 #include <QtTest>
 
+#include <fstream>
+
 #include <map>
 #include <set>
 
+#include "io/plan_json.hpp"
+#include "nnscaler/nnscaler_import.hpp"
+#include "nnscaler/nnscaler_pair.hpp"
 #include "nnscaler/nnscaler_plan.hpp"
+#include "verify/verifier.hpp"
 
 using namespace tv;
 using namespace tv::nnscaler;
@@ -17,7 +23,28 @@ namespace {
 
 std::string planPath(const QString& name) { return std::string(TV_SOURCE_DIR) + "/resources/nnscaler-plans/" + name.toStdString() + ".pkl"; }
 
-Plan load(const QString& name) { return readPlan(pickle::readFile(planPath(name))); }
+nnscaler::Plan load(const QString& name) { return readPlan(pickle::readFile(planPath(name))); }
+
+nlohmann::json expectations() {
+    std::ifstream in(std::string(TV_SOURCE_DIR) + "/resources/nnscaler-plans/expected.json");
+    return nlohmann::json::parse(in);
+}
+
+/// A pair mapped onto the plan model and written as plan JSON.
+nlohmann::json pairJson(const QString& logical, const QString& parallel) {
+    auto pair = loadPair(planPath(logical), planPath(parallel));
+    if (!pair.plan) throw std::runtime_error(pair.report.failure ? pair.report.failure->message : "no plan");
+    return writePlanJson(*pair.plan);
+}
+
+/// The first parallel op of `kind` (on `rank`, when given) satisfying `pick`; its index.
+template <class F>
+std::size_t findOp(const nlohmann::json& plan, const std::string& kind, F pick) {
+    const auto& ops = plan["parallel"]["ops"];
+    for (std::size_t i = 0; i < ops.size(); ++i)
+        if (ops[i]["op"] == kind && pick(ops[i])) return i;
+    return std::string::npos;
+}
 
 }  // namespace
 
@@ -170,6 +197,170 @@ private slots:
         auto j = constantOf(doc, doc.root);
         QVERIFY(j.is_array());
         QVERIFY(j.dump().size() < 100000);
+    }
+
+    // Every pair of the bundled plans verifies to the verdict (and diagnosis) recorded next to
+    // the plans in expected.json.
+    void pairs_data() {
+        QTest::addColumn<QString>("logical");
+        QTest::addColumn<QString>("parallel");
+        QTest::addColumn<QString>("verdict");
+        QTest::addColumn<QString>("failure");
+        QTest::addColumn<QString>("message");
+        const auto expected = expectations();
+        for (const auto& p : expected["pairs"]) {
+            if (p.value("test", true) == false) continue;
+            QTest::newRow(p["parallel"].get<std::string>().c_str())
+                << QString::fromStdString(p["logical"].get<std::string>()) << QString::fromStdString(p["parallel"].get<std::string>())
+                << QString::fromStdString(p["verdict"].get<std::string>()) << QString::fromStdString(p.value("failure", std::string()))
+                << QString::fromStdString(p.value("message", std::string()));
+        }
+    }
+    void pairs() {
+        QFETCH(QString, logical);
+        QFETCH(QString, parallel);
+        QFETCH(QString, verdict);
+        QFETCH(QString, failure);
+        QFETCH(QString, message);
+        auto pair = loadPair(planPath(logical), planPath(parallel));
+        auto report = pair.plan ? verifyPlan(*pair.plan) : std::move(pair.report);
+        const std::string got(toString(report.verdict));
+        QVERIFY2(got == verdict.toStdString(),
+                 qPrintable(QString::fromStdString(got + ": " + (report.failure ? report.failure->message : std::string()))));
+        if (verdict == "equivalent") {
+            QVERIFY(pair.plan);
+            QVERIFY(report.passed > 5);
+            QCOMPARE(report.failed, 0u);
+            // Every weight gradient and the loss are claimed, on every rank.
+            std::size_t gradientRecords = 0;
+            for (const auto& r : pair.plan->lineage)
+                if (pair.plan->logical.tensors[r.logical].role == tv::Role::Gradient) ++gradientRecords;
+            QVERIFY(gradientRecords > 0);
+        } else {
+            QVERIFY(report.failure);
+            QCOMPARE(QString::fromStdString(std::string(toString(report.failure->kind))), failure);
+            QVERIFY2(report.failure->message.find(message.toStdString()) != std::string::npos, report.failure->message.c_str());
+        }
+    }
+
+    // Bugs injected into mapped plans are caught, in a stage holding the broken op.
+    void mutantsAreCaught_data() {
+        QTest::addColumn<QString>("logical");
+        QTest::addColumn<QString>("parallel");
+        QTest::addColumn<int>("mutation");
+        QTest::newRow("mlp dp2 pp2 tp2: gradient reducer takes the maximum") << "mlp_mgener_dp1_pp1_tp1_nm1_gbs16_dim1024_ly2" << "mlp_mgener_dp2_pp2_tp2_nm2_gbs16_dim1024_ly2" << 0;
+        QTest::newRow("llama dp2 pp2 tp2: RMSNorm epsilon on rank 3") << "llama3_default_dp1_pp1_tp1_nm1_gbs512_ly2_h32_hi4096_sq128" << "llama3_default_dp2_pp2_tp2_nm2_gbs512_ly2_h32_hi4096_sq128" << 1;
+        QTest::newRow("gpt tp2: all-to-all members swapped") << "gpt_mgener_dp1_pp1_tp1_nm1_gbs16_dim1024_ly1_h2_hi1024_sq2048" << "gpt_mgener_dp1_pp1_tp2_nm1_gbs16_dim1024_ly1_h2_hi1024_sq2048" << 2;
+        QTest::newRow("moe dp2 pp2 tp2: rank 1 routes to the other rank's experts") << "moe_default_dp1_pp1_tp1_nm1_gbs1024_ly2_h16_hi512_sq128_a2_r16" << "moe_default_dp2_pp2_tp2_nm2_gbs1024_ly2_h16_hi512_sq128_a2_r16" << 3;
+        QTest::newRow("mlp pp2: a stage boundary sends microbatch 0's activation twice") << "mlp_mgener_dp1_pp1_tp1_nm1_gbs16_dim1024_ly2" << "mlp_mgener_dp1_pp2_tp1_nm2_gbs16_dim1024_ly2" << 4;
+    }
+    void mutantsAreCaught() {
+        QFETCH(QString, logical);
+        QFETCH(QString, parallel);
+        QFETCH(int, mutation);
+        auto plan = pairJson(logical, parallel);
+        auto& ops = plan["parallel"]["ops"];
+        std::size_t at = std::string::npos;
+        switch (mutation) {
+            case 0:
+                at = findOp(plan, "all_reduce", [](const auto& o) { return o["outputs"][0].template get<std::string>().find("grad.reduced") != std::string::npos; });
+                if (at != std::string::npos) ops[at]["attrs"] = {{"reduce", "max"}};
+                break;
+            case 1:
+                at = findOp(plan, "add_scalar", [](const auto& o) { return o.value("rank", -1) == 3; });
+                if (at != std::string::npos) ops[at]["attrs"]["value"] = "1e-06";
+                break;
+            case 2: {
+                at = findOp(plan, "all_to_all", [](const auto&) { return true; });
+                if (at == std::string::npos) break;
+                auto& o = ops[at];
+                // The members in the other order (each keeps its own input and output): chunk k
+                // goes to the other rank.
+                for (const char* k : {"group", "inputs", "outputs"}) {
+                    auto v = o[k];
+                    std::reverse(v.begin(), v.end());
+                    o[k] = v;
+                }
+                break;
+            }
+            case 3:
+                at = findOp(plan, "slice", [](const auto& o) { return o["attrs"].value("start", -1) == 8 && o["attrs"].value("dim", -1) == 1; });
+                if (at == std::string::npos) break;
+                ops[at]["attrs"]["start"] = 0;
+                ops[at]["attrs"]["end"] = 8;
+                break;
+            case 4: {
+                // the second microbatch's send carries the first microbatch's activation
+                std::size_t first = findOp(plan, "send_recv", [](const auto& o) { return o.value("microbatch", -1) == 0 && o["group"] == nlohmann::json{0, 1}; });
+                if (first == std::string::npos) break;
+                at = findOp(plan, "send_recv", [&](const auto& o) {
+                    return o.value("microbatch", -1) == 1 && o["group"] == nlohmann::json{0, 1} && o["inputs"][0].template get<std::string>().find(
+                        ops[first]["inputs"][0].template get<std::string>().substr(0, ops[first]["inputs"][0].template get<std::string>().find('@'))) == 0;
+                });
+                if (at != std::string::npos) ops[at]["inputs"] = ops[first]["inputs"];
+                break;
+            }
+        }
+        QVERIFY2(at != std::string::npos, "no op to mutate");
+        const std::string mutated = ops[at]["id"].get<std::string>();
+        auto read = readPlanJson(plan);
+        QVERIFY2(read.ok(), read.problems.empty() ? "" : read.problems[0].toString().c_str());
+        auto report = verifyPlan(*read.plan);
+        QVERIFY2(report.verdict == Verdict::NotEquivalent, std::string(toString(report.verdict)).c_str());
+        // The mutated op lies in a failing stage.
+        const auto& P = *read.plan;
+        const auto op = P.parallel.findOp(P.names.find(mutated));
+        QVERIFY(op != kNone);
+        bool located = false;
+        for (const auto& f : report.failures)
+            if (f.stage != kNone)
+                for (auto o : report.stagePlan.stages[f.stage].parallelOps) located = located || o == op;
+        QVERIFY2(located, (mutated + " is in no failing stage; first failure: " + report.failure->message).c_str());
+    }
+
+    // An operator without semantics stops the mapping with its name and place (INCONCLUSIVE in
+    // the command line), never silently.
+    void unsupportedOperatorIsNamed() {
+        auto logical = load("mlp_mgener_dp1_pp1_tp1_nm1_gbs16_dim1024_ly2");
+        auto parallel = load("mlp_mgener_dp1_pp1_tp2_nm1_gbs16_dim1024_ly2");
+        for (auto* p : {&logical, &parallel})
+            for (auto& [d, cells] : p->programs)
+                for (auto& c : cells)
+                    if (c.signature == "torch.sum") c.signature = "torch.logsumexp";
+        try {
+            importPair(logical, parallel);
+            QFAIL("accepted");
+        } catch (const UnsupportedOperator& e) {
+            QCOMPARE(QString::fromStdString(e.signature), QStringLiteral("torch.logsumexp"));
+            QVERIFY2(std::string(e.what()).find("logical plan, device 0, microbatch 0, forward #3") != std::string::npos, e.what());
+        }
+    }
+
+    // Pairs that are not a logical plan and a parallel plan of it are refused with a reason.
+    void mappingErrors() {
+        auto mlp0 = load("mlp_mgener_dp1_pp1_tp1_nm1_gbs16_dim1024_ly2");
+        auto mlp1 = load("mlp_mgener_dp1_pp1_tp2_nm1_gbs16_dim1024_ly2");
+        try {
+            importPair(mlp1, mlp0);
+            QFAIL("a parallel plan accepted as the logical one");
+        } catch (const NnScalerError& e) {
+            QVERIFY2(std::string(e.what()).find("a logical (single-device) plan runs on one") != std::string::npos, e.what());
+        }
+        // A backward op whose forward op never ran.
+        auto broken = mlp1;
+        for (auto& c : broken.programs.at(1))
+            if (c.kind == CellKind::Backward) c.mirror = 999999;
+        try {
+            importPair(mlp0, broken);
+            QFAIL("accepted");
+        } catch (const NnScalerError& e) {
+            QVERIFY2(std::string(e.what()).find("forward operator #999999 did not run") != std::string::npos, e.what());
+        }
+        // Unreadable files: the report is INVALID and names the file.
+        auto missing = loadPair(planPath("mlp_mgener_dp1_pp1_tp1_nm1_gbs16_dim1024_ly2"), "/nonexistent/plan.pkl");
+        QVERIFY(!missing.plan);
+        QVERIFY(missing.report.verdict == Verdict::Invalid);
+        QVERIFY2(missing.report.failure->message.find("/nonexistent/plan.pkl") != std::string::npos, missing.report.failure->message.c_str());
     }
 
     void notAnNnScalerPlan() {

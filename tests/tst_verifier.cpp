@@ -156,6 +156,20 @@ private slots:
         QCOMPARE(r.failure->rank, 1);
     }
 
+    // An index tensor copied by identity (nnScaler's multiref of token ids) is checked like any
+    // other; the symbolic evaluation passes its concrete values through.
+    void identityOfIndexTensor() {
+        auto doc = loadJson("mlp-tp2.json");
+        doc["parallel"]["tensors"].push_back({{"id", "labels_copy@r1"}, {"shape", {8}}, {"dtype", "int"}, {"rank", 1}});
+        doc["parallel"]["ops"].push_back({{"id", "copy_labels@r1"}, {"op", "identity"}, {"rank", 1}, {"inputs", {"labels@r1"}}, {"outputs", {"labels_copy@r1"}}});
+        for (auto& op : doc["parallel"]["ops"])
+            for (auto& in : op["inputs"])
+                if (in == "labels@r1" && op["id"] != "copy_labels@r1") in = "labels_copy@r1";
+        auto plan = loadPlan(doc);
+        auto r = verify(*plan, 2);
+        QVERIFY2(r.verdict == Verdict::Equivalent, r.failure ? r.failure->message.c_str() : "");
+    }
+
     void unreadLogicalInputIsDataflowBroken() {
         auto doc = loadJson("mlp-tp2.json");
         // fc2 on rank 0 reads the hidden activation but the plan forgot the weight: replace the
