@@ -6,6 +6,7 @@
 #include <QtTest>
 
 #include <fstream>
+#include <random>
 
 #include <map>
 #include <set>
@@ -361,6 +362,65 @@ private slots:
         QVERIFY(!missing.plan);
         QVERIFY(missing.report.verdict == Verdict::Invalid);
         QVERIFY2(missing.report.failure->message.find("/nonexistent/plan.pkl") != std::string::npos, missing.report.failure->message.c_str());
+    }
+
+    // Programs damaged in 400 random ways (wrong operands, mirrors, keyword arguments of the
+    // wrong type, ranks out of range, primitives dropped) are mapped or refused with an error,
+    // never a crash; what maps goes through the validating reader.
+    void damagedProgramsAreRefusedCleanly() {
+        const auto logical = load("mlp_mgener_dp1_pp1_tp1_nm1_gbs16_dim1024_ly2");
+        const auto parallel = load("mlp_mgener_dp2_pp2_tp2_nm2_gbs16_dim1024_ly2");
+        std::vector<std::int64_t> ids;
+        for (const auto& [id, t] : parallel.tensors) ids.push_back(id);
+        std::mt19937 rng(7);
+        int mapped = 0, refused = 0;
+        for (int round = 0; round < 400; ++round) {
+            auto p = parallel;
+            auto& cells = p.programs.at(static_cast<int>(rng() % p.programs.size()));
+            auto& c = cells[rng() % cells.size()];
+            switch (rng() % 8) {
+                case 0: if (!c.inputs.empty()) c.inputs[rng() % c.inputs.size()].tensor = ids[rng() % ids.size()]; break;
+                case 1: if (!c.outputs.empty()) c.outputs[rng() % c.outputs.size()].tensor = ids[rng() % ids.size()]; break;
+                case 2: c.mirror = static_cast<std::int64_t>(rng() % 200); break;
+                case 3: c.kwargs["dim"] = "two"; c.kwargs["bias"] = 3; break;
+                case 4: if (!c.primitives.empty()) c.primitives[0].kwargs["ranks"] = {0, 99}; break;
+                case 5: if (!c.primitives.empty()) c.primitives.erase(c.primitives.begin()); break;
+                case 6: if (!c.inputs.empty()) { c.inputs[0].tensor = -1; c.inputs[0].constant = "x"; } break;
+                case 7: c.devices = {static_cast<int>(rng() % 9) - 2}; c.primitives.clear(); break;
+            }
+            try {
+                auto r = importPair(logical, p);
+                auto read = readPlanJson(r.plan);
+                (read.ok() ? mapped : refused)++;
+            } catch (const NnScalerError&) {
+                ++refused;
+            } catch (const nlohmann::json::exception&) {
+                ++refused;
+            }
+        }
+        QVERIFY(mapped > 0);
+        QVERIFY(refused > 0);
+    }
+
+    void degreesFromFileNames_data() {
+        QTest::addColumn<QString>("path");
+        QTest::addColumn<int>("tp");
+        QTest::addColumn<int>("pp");
+        QTest::newRow("nnScaler name") << "plans/llama3_default_dp16_pp4_tp8_nm8_gbs512_ly2.pkl" << 8 << 4;
+        QTest::newRow("directory name ignored") << "x_pp2_tp2_y/plan.pkl" << 0 << 0;
+        QTest::newRow("no degrees") << "plan.pkl" << 0 << 0;
+        QTest::newRow("tp last, no separator") << "a_pp2_tp2.pkl" << 0 << 0;
+        QTest::newRow("zero") << "a_pp0_tp2_b.pkl" << 0 << 0;
+        QTest::newRow("second match") << "a_ppx_tp1_b_pp3_tp5_c.pkl" << 5 << 3;
+    }
+    void degreesFromFileNames() {
+        QFETCH(QString, path);
+        QFETCH(int, tp);
+        QFETCH(int, pp);
+        int t = -1, p = -1;
+        degreesFromFileName(path.toStdString(), t, p);
+        QCOMPARE(t, tp);
+        QCOMPARE(p, pp);
     }
 
     void notAnNnScalerPlan() {

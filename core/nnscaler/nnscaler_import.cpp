@@ -4,7 +4,6 @@
 #include <cmath>
 #include <deque>
 #include <map>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <unordered_map>
@@ -1635,11 +1634,24 @@ void removeDeadOps(GraphWriter& g, const std::unordered_set<std::string>& keep) 
 
 void degreesFromFileName(const std::string& path, int& tp, int& pp) {
     tp = pp = 0;
-    std::smatch m;
-    static const std::regex re("_pp([0-9]{1,6})_tp([0-9]{1,6})_");
-    if (std::regex_search(path, m, re)) {
-        pp = std::stoi(m[1].str());
-        tp = std::stoi(m[2].str());
+    // "..._pp<digits>_tp<digits>_..." in the file's own name
+    const auto slash = path.find_last_of('/');
+    const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+    auto number = [&](std::size_t at, std::size_t& end) {
+        end = at;
+        while (end < name.size() && end - at < 6 && name[end] >= '0' && name[end] <= '9') ++end;
+        return end > at ? std::stoi(name.substr(at, end - at)) : 0;
+    };
+    for (std::size_t at = name.find("_pp"); at != std::string::npos; at = name.find("_pp", at + 1)) {
+        std::size_t end = 0;
+        const int p = number(at + 3, end);
+        if (p < 1 || name.compare(end, 3, "_tp") != 0) continue;
+        std::size_t end2 = 0;
+        const int t = number(end + 3, end2);
+        if (t < 1 || end2 >= name.size() || name[end2] != '_') continue;
+        pp = p;
+        tp = t;
+        return;
     }
 }
 

@@ -57,6 +57,10 @@ PairLoad loadPair(const std::string& logicalPath, const std::string& parallelPat
                     "cannot verify yet: " + std::string(e.what()) + " (supported operators: docs/nnscaler.md)");
     } catch (const NnScalerError& e) {
         return fail(Verdict::Invalid, FailureKind::InvalidPlan, "cannot map " + parallelPath + " onto " + logicalPath + ": " + e.what());
+    } catch (const nlohmann::json::exception& e) {
+        // A keyword argument or constant of an unexpected type (a hand-made or damaged plan).
+        return fail(Verdict::Invalid, FailureKind::InvalidPlan,
+                    "cannot map " + parallelPath + " onto " + logicalPath + ": a value of an unexpected type: " + e.what());
     }
     l.notes = std::move(imported.notes);
     if (!imported.findings.empty()) {
@@ -73,7 +77,8 @@ PairLoad loadPair(const std::string& logicalPath, const std::string& parallelPat
     auto res = readPlanJson(imported.plan);
     imported.plan = nlohmann::json();
     if (!res.ok()) {
-        std::string msg = "internal error: the mapped plan is invalid: " + (res.problems.empty() ? std::string() : res.problems[0].toString());
+        std::string msg = "the nnScaler plans map to an invalid plan (do their operators' shapes fit?): " +
+                          (res.problems.empty() ? std::string() : res.problems[0].toString());
         return fail(Verdict::Invalid, FailureKind::InvalidPlan, msg);
     }
     l.plan = std::move(res.plan);
