@@ -27,22 +27,39 @@ int main(int argc, char** argv) {
                                   QStringLiteral("Open the plan, save a picture of the window to FILE and quit."), QStringLiteral("FILE"));
     QCommandLineOption select(QStringLiteral("select"), QStringLiteral("Select the op or tensor whose name matches NAME."),
                               QStringLiteral("NAME"));
+    QCommandLineOption logical(QStringLiteral("logical"), QStringLiteral("An nnScaler logical plan (.pkl); with --parallel, open the pair."),
+                               QStringLiteral("FILE"));
+    QCommandLineOption parallel(QStringLiteral("parallel"), QStringLiteral("An nnScaler parallel plan (.pkl) of the --logical plan."),
+                                QStringLiteral("FILE"));
     parser.addOption(screenshot);
     parser.addOption(select);
+    parser.addOption(logical);
+    parser.addOption(parallel);
     parser.process(app);
 
     tv::ui::MainWindow window;
-    const auto args = parser.positionalArguments();
+    auto args = parser.positionalArguments();
+    const bool pair = parser.isSet(logical) || parser.isSet(parallel);
+    if (pair && !(parser.isSet(logical) && parser.isSet(parallel))) {
+        std::fprintf(stderr, "trainverify-studio: --logical and --parallel go together\n");
+        return 3;
+    }
+    if (pair && !args.isEmpty()) {
+        std::fprintf(stderr, "trainverify-studio: give a plan file or --logical and --parallel, not both\n");
+        return 3;
+    }
     if (args.size() > 1) {
         std::fprintf(stderr, "trainverify-studio: give at most one plan file\n");
         return 3;
     }
+    if (pair) args = {parser.value(parallel)};
     int status = 0;
     if (!args.isEmpty()) {
-        if (!QFileInfo::exists(args.first())) {
-            std::fprintf(stderr, "trainverify-studio: %s: no such file\n", qPrintable(args.first()));
-            return 3;
-        }
+        for (const auto& f : pair ? QStringList{parser.value(logical), parser.value(parallel)} : args)
+            if (!QFileInfo::exists(f)) {
+                std::fprintf(stderr, "trainverify-studio: %s: no such file\n", qPrintable(f));
+                return 3;
+            }
         QObject::connect(&window, &tv::ui::MainWindow::loadFailed, &app, [&](const QString& msg) {
             std::fprintf(stderr, "trainverify-studio: %s\n", qPrintable(msg));
             status = 3;
@@ -63,7 +80,8 @@ int main(int argc, char** argv) {
                 });
             }
         }, Qt::SingleShotConnection);
-        window.openPlan(args.first());
+        if (pair) window.openNnScalerPair(parser.value(logical), parser.value(parallel));
+        else window.openPlan(args.first());
     } else if (parser.isSet(screenshot)) {
         std::fprintf(stderr, "trainverify-studio: --screenshot needs a plan file\n");
         return 3;

@@ -387,6 +387,27 @@ private slots:
             for (int x = 0; x < img.width(); x += 7) colours.insert(img.pixel(x, y));
         QVERIFY2(colours.size() > 8, "the window picture is blank");
     }
+
+    // A pair of nnScaler plans opens like a plan file: mapped in the background, drawn with its
+    // ranks; unreadable input fails with the reason and leaves the window usable.
+    void opensAnNnScalerPair() {
+        MainWindow w;
+        const QString dir = QStringLiteral(TV_SOURCE_DIR "/resources/nnscaler-plans/");
+        QSignalSpy loaded(&w, &MainWindow::planLoaded);
+        w.openNnScalerPair(dir + "mlp_mgener_dp1_pp1_tp1_nm1_gbs16_dim1024_ly2.pkl", dir + "mlp_mgener_dp2_pp2_tp2_nm2_gbs16_dim1024_ly2.pkl");
+        QVERIFY(loaded.wait(60000));
+        const auto* l = w.scene()->loaded();
+        QVERIFY(l);
+        QCOMPARE(l->plan->ranks.size(), std::size_t(8));
+        QVERIFY(l->logicalPath.endsWith("mlp_mgener_dp1_pp1_tp1_nm1_gbs16_dim1024_ly2.pkl"));
+        QVERIFY(!l->view.nodes.empty());
+        QVERIFY(!l->stages.stages.empty());
+        QSignalSpy failed(&w, &MainWindow::loadFailed);
+        w.openNnScalerPair(dir + "mlp_mgener_dp2_pp2_tp2_nm2_gbs16_dim1024_ly2.pkl", dir + "mlp_mgener_dp1_pp1_tp1_nm1_gbs16_dim1024_ly2.pkl");
+        QVERIFY(failed.wait(60000));
+        QVERIFY2(failed.first().first().toString().contains("a logical (single-device) plan runs on one"), qPrintable(failed.first().first().toString()));
+        QCOMPARE(w.scene()->loaded()->plan->ranks.size(), std::size_t(8));  // the pair on screen stays
+    }
 };
 
 QTEST_MAIN(TestStudio)

@@ -35,6 +35,7 @@
 #include "graph_view.hpp"
 #include "inspector.hpp"
 #include "io/plan_json.hpp"
+#include "nnscaler/nnscaler_pair.hpp"
 #include "verify/symmetry.hpp"
 
 namespace tv::ui {
@@ -79,19 +80,13 @@ std::shared_ptr<LoadedPlan> layout(std::shared_ptr<const Plan> plan, const QStri
 
 }  // namespace
 
-std::shared_ptr<LoadedPlan> loadPlan(const QString& path, const std::set<std::int32_t>* collapsed, QString* error,
-                                     std::size_t maxWrittenOutOps) {
-    QElapsedTimer t;
-    t.start();
-    auto res = readPlanFile(path.toStdString());
-    if (!res.ok()) {
-        if (error) {
-            QStringList lines;
-            for (const auto& p : res.problems) lines << QString::fromStdString(p.toString());
-            *error = path + QStringLiteral(":\n") + lines.join(QStringLiteral("\n"));
-        }
-        return nullptr;
-    }
+namespace {
+
+/// Everything after reading: replicas written out (or not), stages, view and layout.
+std::shared_ptr<LoadedPlan> preparePlan(std::unique_ptr<Plan> readPlan, const QString& path, const std::set<std::int32_t>* collapsed, QString* error,
+                                        std::size_t maxWrittenOutOps, QElapsedTimer& t) {
+    PlanLoadResult res;
+    res.plan = std::move(readPlan);
     // The explorer draws every replica and microbatch of a plan stored once, written out, unless
     // that is too big to draw (a 405B plan has 135 million ops written out): then it draws what
     // the plan stores, the one lane that stands for all of them.
@@ -120,6 +115,42 @@ std::shared_ptr<LoadedPlan> loadPlan(const QString& path, const std::set<std::in
         lp->stageSeconds = cut;
         lp->storedNote = stored;
     }
+    return lp;
+}
+
+}  // namespace
+
+std::shared_ptr<LoadedPlan> loadPlan(const QString& path, const std::set<std::int32_t>* collapsed, QString* error,
+                                     std::size_t maxWrittenOutOps) {
+    QElapsedTimer t;
+    t.start();
+    auto res = readPlanFile(path.toStdString());
+    if (!res.ok()) {
+        if (error) {
+            QStringList lines;
+            for (const auto& p : res.problems) lines << QString::fromStdString(p.toString());
+            *error = path + QStringLiteral(":\n") + lines.join(QStringLiteral("\n"));
+        }
+        return nullptr;
+    }
+    return preparePlan(std::move(res.plan), path, collapsed, error, maxWrittenOutOps, t);
+}
+
+std::shared_ptr<LoadedPlan> loadNnScalerPair(const QString& logicalPath, const QString& parallelPath, QString* error, std::size_t maxWrittenOutOps) {
+    QElapsedTimer t;
+    t.start();
+    auto pair = nnscaler::loadPair(logicalPath.toStdString(), parallelPath.toStdString());
+    if (!pair.plan) {
+        // Unreadable files, an operator without semantics, or a defect found while mapping.
+        if (error) {
+            const auto& r = pair.report;
+            *error = QString::fromStdString(std::string(headline(r.verdict))) + QStringLiteral(": ") +
+                     QString::fromStdString(r.failure ? r.failure->message : std::string("the nnScaler plans cannot be mapped"));
+        }
+        return nullptr;
+    }
+    auto lp = preparePlan(std::move(pair.plan), parallelPath, nullptr, error, maxWrittenOutOps, t);
+    if (lp) lp->logicalPath = logicalPath;
     return lp;
 }
 
@@ -216,8 +247,18 @@ void MainWindow::buildMenus() {
     });
     recentMenu_ = file->addMenu(tr("Open &Recent"));
     file->addAction(tr("&Example Gallery..."), this, &MainWindow::showGallery);
+    file->addAction(tr("Open &nnScaler Plans..."), this, [this] {
+        // A pair: the single-device (logical) plan, then the parallel plan of it.
+        const QString dir = currentPath_.isEmpty() ? QString() : QFileInfo(currentPath_).path();
+        const QString filter = tr("nnScaler plans (*.pkl);;All files (*)");
+        auto logical = QFileDialog::getOpenFileName(this, tr("Open the logical nnScaler plan (single device)"), dir, filter);
+        if (logical.isEmpty()) return;
+        auto parallel = QFileDialog::getOpenFileName(this, tr("Open a parallel nnScaler plan of it"), QFileInfo(logical).path(), filter);
+        if (!parallel.isEmpty()) openNnScalerPair(logical, parallel);
+    });
     file->addAction(tr("Re&load"), QKeySequence(Qt::CTRL | Qt::Key_R), this, [this] {
-        if (!currentPath_.isEmpty()) openPlan(currentPath_);
+        if (!currentLogical_.isEmpty()) openNnScalerPair(currentLogical_, currentPath_);
+        else if (!currentPath_.isEmpty()) openPlan(currentPath_);
     });
     file->addSeparator();
     file->addAction(tr("Export View as &PNG..."), this, [this] {
@@ -412,6 +453,12 @@ void MainWindow::openPlan(const QString& path) {
     startJob([abs](QString* error) { return loadPlan(abs, nullptr, error); }, tr("Opening %1...").arg(QFileInfo(path).fileName()));
 }
 
+void MainWindow::openNnScalerPair(const QString& logicalPath, const QString& parallelPath) {
+    const QString logical = QFileInfo(logicalPath).absoluteFilePath(), parallel = QFileInfo(parallelPath).absoluteFilePath();
+    startJob([logical, parallel](QString* error) { return loadNnScalerPair(logical, parallel, error); },
+             tr("Mapping %1 onto %2...").arg(QFileInfo(parallel).fileName(), QFileInfo(logical).fileName()));
+}
+
 void MainWindow::onLoaded(quint64 id, std::shared_ptr<LoadedPlan> loaded, const QString& error) {
     if (id != jobId_) return;  // a newer job superseded this one
     pendingOptions_.reset();
@@ -426,6 +473,7 @@ void MainWindow::onLoaded(quint64 id, std::shared_ptr<LoadedPlan> loaded, const 
     // A re-layout of the plan on screen keeps the filters and the view; a new (or reloaded) plan resets them.
     const bool samePlan = scene_->loaded() && scene_->loaded()->plan == loaded->plan;
     currentPath_ = loaded->path;
+    currentLogical_ = loaded->logicalPath;
     scene_->setPlan(loaded);
     if (!samePlan) {
         resetFilterBar();
@@ -437,7 +485,7 @@ void MainWindow::onLoaded(quint64 id, std::shared_ptr<LoadedPlan> loaded, const 
         if (samePlan) reveal(*pendingReveal_);
         else pendingReveal_.reset();
     }
-    rememberRecent(currentPath_);
+    if (currentLogical_.isEmpty()) rememberRecent(currentPath_);  // a pair is two files: opened again from the File menu
     setWindowTitle(tr("%1 — TrainVerify Studio").arg(QFileInfo(currentPath_).fileName()));
     updateStatus();
     emit planLoaded();

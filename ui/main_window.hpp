@@ -27,6 +27,9 @@ constexpr std::size_t kMaxWrittenOutOps = 400000;
 /// Reads, cuts stages, builds the view and lays it out: everything a plan needs, off the GUI thread.
 std::shared_ptr<LoadedPlan> loadPlan(const QString& path, const std::set<std::int32_t>* collapsed, QString* error,
                                      std::size_t maxWrittenOutOps = kMaxWrittenOutOps);
+/// The same for a pair of nnScaler plans (pickled ModuleCodeGens), mapped onto the plan model.
+std::shared_ptr<LoadedPlan> loadNnScalerPair(const QString& logicalPath, const QString& parallelPath, QString* error,
+                                             std::size_t maxWrittenOutOps = kMaxWrittenOutOps);
 /// The same for a plan already in memory (re-layout after expanding or collapsing ranks).
 std::shared_ptr<LoadedPlan> relayoutPlan(std::shared_ptr<const Plan> plan, const QString& path, ViewOptions options, QString* error);
 
@@ -38,6 +41,8 @@ public:
 
     /// Opens a plan in the background; emits planLoaded or loadFailed.
     void openPlan(const QString& path);
+    /// Opens a pair of nnScaler plans (a logical plan and a parallel plan of it) in the background.
+    void openNnScalerPair(const QString& logicalPath, const QString& parallelPath);
     PlanScene* scene() const { return scene_; }
     GraphView* view() const { return view_; }
     Minimap* minimap() const { return minimap_; }
@@ -107,6 +112,7 @@ private:
     std::optional<FindHit> pendingReveal_;  ///< a Find match to select once what folds it is expanded
     int revealSteps_ = 0;  ///< options of the newest re-layout not yet shown
     QString currentPath_;
+    QString currentLogical_;  ///< non-empty when the plan on screen is an nnScaler pair
     bool dark_ = false;
 };
 

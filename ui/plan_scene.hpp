@@ -23,6 +23,9 @@ struct LoadedPlan {
     PlanView view;
     PlacedView placed;
     QString path;
+    /// A plan mapped from a pair of nnScaler plans: the logical plan's file (`path` is the
+    /// parallel plan's).
+    QString logicalPath;
     double seconds = 0;  ///< time to read, cut stages and lay out
     double readSeconds = 0, stageSeconds = 0, viewSeconds = 0, layoutSeconds = 0;  ///< its parts
     /// Non-empty when a plan stored once is drawn as stored (too big to write out): says so.
