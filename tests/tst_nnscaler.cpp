@@ -402,6 +402,44 @@ private slots:
         QVERIFY(refused > 0);
     }
 
+    // The loss all-reduce of the tp2 MLP (AllReduceIdentityPrim: sum forward, identity backward)
+    // replaced by other fused primitives: each one's own semantics is mapped, so the wrong ones
+    // are caught (a backward all-reduce doubles the gradients; a forward identity leaves the
+    // loss partial), and an unknown one is named.
+    void fusedPrimitiveVariants_data() {
+        QTest::addColumn<QString>("primitive");
+        QTest::addColumn<QString>("verdict");
+        QTest::newRow("AllReduceIdentityPrim (as planned)") << "AllReduceIdentityPrim" << "equivalent";
+        QTest::newRow("AllReduceAllReducePrim") << "AllReduceAllReducePrim" << "not_equivalent";
+        QTest::newRow("IdentityAllreducePrim") << "IdentityAllreducePrim" << "not_equivalent";
+        QTest::newRow("unknown") << "ReduceBroadcastPrim" << "unsupported";
+    }
+    void fusedPrimitiveVariants() {
+        QFETCH(QString, primitive);
+        QFETCH(QString, verdict);
+        const auto logical = load("mlp_mgener_dp1_pp1_tp1_nm1_gbs16_dim1024_ly2");
+        auto parallel = load("mlp_mgener_dp1_pp1_tp2_nm1_gbs16_dim1024_ly2");
+        int replaced = 0;
+        for (auto& [d, cells] : parallel.programs)
+            for (auto& c : cells)
+                for (auto& pr : c.primitives)
+                    if (pr.kind == "AllReduceIdentityPrim") {
+                        pr.kind = primitive.toStdString();
+                        ++replaced;
+                    }
+        QCOMPARE(replaced, 4);  // forward and backward adapter on each of the two ranks
+        try {
+            auto r = importPair(logical, parallel);
+            auto read = readPlanJson(r.plan);
+            QVERIFY(read.ok());
+            auto report = verifyPlan(*read.plan);
+            QCOMPARE(QString::fromStdString(std::string(toString(report.verdict))), verdict);
+        } catch (const UnsupportedOperator& e) {
+            QCOMPARE(verdict, QStringLiteral("unsupported"));
+            QCOMPARE(QString::fromStdString(e.signature), primitive);
+        }
+    }
+
     void degreesFromFileNames_data() {
         QTest::addColumn<QString>("path");
         QTest::addColumn<int>("tp");

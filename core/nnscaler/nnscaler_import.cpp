@@ -1052,8 +1052,11 @@ struct Importer {
             else if (k == "AllGatherSplitPrim") kind = fw ? "all_gather" : "chunk";
             else if (k == "SplitAllGatherPrim") kind = fw ? "chunk" : "all_gather";
             else if (k == "AllToAllAllToAllPrim") kind = "all_to_all";
+            else if (k == "AllReduceAllReducePrim") kind = "all_reduce";
+            else if (k == "ReduceScatterAllGatherPrim") kind = fw ? "reduce_scatter" : "all_gather";
+            else if (k == "AllGatherReduceScatterPrim") kind = fw ? "all_gather" : "reduce_scatter";
             else throw UnsupportedOperator(k, "", where, "no semantics for this fused primitive yet");
-            if (kind == "all_gather" || kind == "chunk") attrs["dim"] = dimOf("dim");
+            if (kind == "all_gather" || kind == "chunk" || kind == "reduce_scatter") attrs["dim"] = dimOf("dim");
             if (kind == "all_to_all") {
                 int idim = dimOf("idim"), odim = dimOf("odim");
                 attrs["split_dim"] = fw ? odim : idim;
@@ -1115,9 +1118,10 @@ struct Importer {
             else if (k == "AllReducePrim") kind = "all_reduce";
             else if (k == "IdentityPrim") kind = "identity";
             else if (k == "AllToAllPrim") kind = "all_to_all";
+            else if (k == "ReduceScatterPrim") kind = "reduce_scatter";
             else throw UnsupportedOperator(k, "", where, "no semantics for this primitive yet");
             auto rankOfIn = shapeOf(sub(plan, pr.inputs[0])).size();
-            if (kind == "chunk" || kind == "all_gather") {
+            if (kind == "chunk" || kind == "all_gather" || kind == "reduce_scatter") {
                 if (!pr.kwargs.contains("dim") || !pr.kwargs["dim"].is_number_integer()) throw NnScalerError(where + ": " + k + " has no \"dim\"");
                 attrs["dim"] = normDimOf(pr.kwargs["dim"].get<std::int64_t>(), rankOfIn, where);
             }
