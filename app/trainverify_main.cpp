@@ -96,13 +96,12 @@ Loaded load(const std::string& path) {
 }
 
 /// A pair of nnScaler plans mapped onto the plan model, or the report that says why not.
-Loaded importNnScaler(const std::string& logicalPath, const std::string& parallelPath, std::vector<std::string>& notes) {
-    auto pair = tv::nnscaler::loadPair(logicalPath, parallelPath);
+Loaded importNnScaler(const std::string& logicalPath, const std::string& parallelPath, tv::nnscaler::PairLoad& pair) {
+    pair = tv::nnscaler::loadPair(logicalPath, parallelPath);
     Loaded l;
     l.seconds = pair.seconds;
-    notes = std::move(pair.notes);
     if (pair.plan) l.plan = std::move(pair.plan);
-    else l.invalid = std::move(pair.report);
+    else l.invalid = pair.report;
     return l;
 }
 
@@ -163,13 +162,13 @@ int cmdVerify(const std::vector<std::string>& args) {
     if (pair && (logicalPath.empty() || parallelPath.empty())) return usageError("--logical and --parallel go together");
     if (pair && !path.empty()) return usageError("verify takes a plan file or --logical and --parallel, not both");
     if (!pair && path.empty()) return usageError("verify needs a plan file (or --logical Gs.pkl --parallel Gp.pkl)");
-    std::vector<std::string> notes;
-    auto loaded = pair ? importNnScaler(logicalPath, parallelPath, notes) : load(path);
+    tv::nnscaler::PairLoad mapped;
+    auto loaded = pair ? importNnScaler(logicalPath, parallelPath, mapped) : load(path);
     if (pair) path = parallelPath;
     tv::VerifyReport report = loaded.plan ? tv::verifyPlan(*loaded.plan, opts) : std::move(loaded.invalid);
     report.timing.load = loaded.seconds;
     report.timing.total += loaded.seconds;
-    for (auto& n : notes) report.warnings.push_back("nnScaler mapping: " + n);
+    if (pair) tv::nnscaler::applyMappingLimits(mapped, report);
     auto json = tv::reportToJson(report);
     if (loaded.plan) json["plan"] = {{"file", path}, {"name", loaded.plan->name}};
     if (pair) json["nnscaler"] = {{"logical", logicalPath}, {"parallel", parallelPath}};
@@ -510,8 +509,8 @@ int cmdConvert(const std::vector<std::string>& args) {
         }
     }
     if (logicalPath.empty() || parallelPath.empty() || outPath.empty()) return usageError("convert needs --logical Gs.pkl --parallel Gp.pkl -o PLAN.json");
-    std::vector<std::string> notes;
-    auto loaded = importNnScaler(logicalPath, parallelPath, notes);
+    tv::nnscaler::PairLoad mapped;
+    auto loaded = importNnScaler(logicalPath, parallelPath, mapped);
     if (!loaded.plan) {
         std::cerr << tv::reportToText(loaded.invalid);
         return tv::exitCode(loaded.invalid.verdict);
@@ -529,7 +528,8 @@ int cmdConvert(const std::vector<std::string>& args) {
                      loaded.plan->logical.ops.size(), loaded.plan->parallel.ops.size(), loaded.plan->ranks.size(), loaded.plan->lineage.size(),
                      static_cast<double>(text.size()) / 1e6, loaded.seconds);
     }
-    for (const auto& n : notes) std::fprintf(stderr, "note: %s\n", n.c_str());
+    for (const auto& n : mapped.notes) std::fprintf(stderr, "note: %s\n", n.c_str());
+    for (const auto& u : mapped.unchecked) std::fprintf(stderr, "note: not checked: %s (verify would be INCONCLUSIVE at best)\n", u.c_str());
     return 0;
 }
 

@@ -224,7 +224,9 @@ private slots:
         QFETCH(QString, failure);
         QFETCH(QString, message);
         auto pair = loadPair(planPath(logical), planPath(parallel));
-        auto report = pair.plan ? verifyPlan(*pair.plan) : std::move(pair.report);
+        auto report = pair.plan ? verifyPlan(*pair.plan) : pair.report;
+        if (pair.plan) applyMappingLimits(pair, report);
+        QVERIFY2(pair.unchecked.empty(), pair.unchecked.empty() ? "" : pair.unchecked.front().c_str());
         const std::string got(toString(report.verdict));
         QVERIFY2(got == verdict.toStdString(),
                  qPrintable(QString::fromStdString(got + ": " + (report.failure ? report.failure->message : std::string()))));
@@ -337,6 +339,28 @@ private slots:
         }
     }
 
+    // A final claim the mapping cannot make (here the loss: the parallel sum's annotation no
+    // longer matches the logical one, so the operators do not align) leaves the pair
+    // INCONCLUSIVE however many stages are proven.
+    void missingFinalClaimIsInconclusive() {
+        const auto logical = load("mlp_mgener_dp1_pp1_tp1_nm1_gbs16_dim1024_ly2");
+        auto parallel = load("mlp_mgener_dp1_pp1_tp2_nm1_gbs16_dim1024_ly2");
+        for (auto& [d, cells] : parallel.programs)
+            for (auto& c : cells)
+                if (c.signature == "torch.sum") c.annotation = "a+ b+ -> 1";
+        auto r = importPair(logical, parallel);
+        QVERIFY(!r.unchecked.empty());
+        QVERIFY2(r.unchecked.front().find("the loss") != std::string::npos, r.unchecked.front().c_str());
+        auto read = readPlanJson(r.plan);
+        QVERIFY(read.ok());
+        PairLoad pair;
+        pair.unchecked = r.unchecked;
+        auto report = verifyPlan(*read.plan);
+        applyMappingLimits(pair, report);
+        QVERIFY(report.verdict == Verdict::Inconclusive);
+        QVERIFY2(report.failure->message.find("could not claim the loss") != std::string::npos, report.failure->message.c_str());
+    }
+
     // Pairs that are not a logical plan and a parallel plan of it are refused with a reason.
     void mappingErrors() {
         auto mlp0 = load("mlp_mgener_dp1_pp1_tp1_nm1_gbs16_dim1024_ly2");
@@ -356,6 +380,18 @@ private slots:
             QFAIL("accepted");
         } catch (const NnScalerError& e) {
             QVERIFY2(std::string(e.what()).find("forward operator #999999 did not run") != std::string::npos, e.what());
+        }
+        // A "logical" plan that communicates.
+        auto chatty = mlp0;
+        Cell adapter;
+        adapter.kind = CellKind::Adapter;
+        adapter.id = 4242;
+        chatty.programs.begin()->second.push_back(adapter);
+        try {
+            importPair(chatty, mlp1);
+            QFAIL("accepted");
+        } catch (const NnScalerError& e) {
+            QVERIFY2(std::string(e.what()).find("the logical plan holds an adapter (#4242)") != std::string::npos, e.what());
         }
         // Unreadable files: the report is INVALID and names the file.
         auto missing = loadPair(planPath("mlp_mgener_dp1_pp1_tp1_nm1_gbs16_dim1024_ly2"), "/nonexistent/plan.pkl");

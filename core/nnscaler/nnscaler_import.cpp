@@ -148,13 +148,12 @@ std::string shapeText(const Shape& s) {
     return o + ")";
 }
 
+/// A number as exact rational text the checker can hold ("1e-05", "0.2", "2"); empty when it is
+/// not a number or its shortest decimal form does not fit 64-bit numerator and denominator.
 std::string numberText(const json& v) {
-    if (v.is_number_integer() || v.is_number_unsigned()) return v.dump();
-    if (v.is_number_float()) {
-        std::string s = v.dump();  // shortest round-trip text
-        return s;
-    }
-    return {};
+    if (!v.is_number()) return {};
+    std::string s = v.dump();  // integers as they are, floats in their shortest round-trip form
+    return Rational::parse(s) ? s : std::string();
 }
 
 // ----- the simulation of one program (one rank, or the logical device) ---------------------------
@@ -254,7 +253,13 @@ int normDim(const Call& c, std::int64_t d, std::size_t rank) {
 std::vector<Handle> lowerForward(RankSim& s, const Call& c) {
     const auto& sig = c.cell.signature;
     const auto& kw = c.cell.kwargs;
+    if (c.outShapes.empty()) unsupported(c, "the operator has no outputs");
     auto out1 = [&](Handle h) { return std::vector<Handle>{reshapeTo(s, h, c.outShapes.at(0))}; };
+    auto exact = [&](const json& v, const char* what) {
+        std::string t = numberText(v);
+        if (t.empty()) unsupported(c, std::string(what) + " " + v.dump() + " is not a number the checker can hold exactly");
+        return t;
+    };
     auto needOutputs = [&](std::size_t n) {
         if (c.outShapes.size() != n) unsupported(c, "expected " + std::to_string(n) + " output(s), found " + std::to_string(c.outShapes.size()));
     };
@@ -317,7 +322,19 @@ std::vector<Handle> lowerForward(RankSim& s, const Call& c) {
         for (const auto& sh : c.outShapes) outs.push_back(s.emitOp("identity", {x}, json::object(), {sh})[0]);
         return outs;
     }
-    auto ends = [&](std::string_view suffix) { return sig.size() >= suffix.size() && sig.compare(sig.size() - suffix.size(), suffix.size(), suffix) == 0; };
+    // The model-specific operators of the bundled plans, by their full signatures (a same-named
+    // function of another module has other semantics).
+    auto ends = [&](std::string_view suffix) {
+        static const char* const known[] = {"examples.nlp.blocks.attention.self_attention", "examples.nlp.blocks.mlp.feedforward",
+                                            "genmodel.model.llama3_adpt.model.create_mask", "genmodel.model.llama3_adpt.model.apply_mask",
+                                            "genmodel.model.llama3_adpt.model.apply_rotary_emb", "genmodel.model.llama3_moe.model.create_mask",
+                                            "genmodel.model.llama3_moe.model.apply_mask", "genmodel.model.llama3_moe.model.apply_rotary_emb",
+                                            "genmodel.model.llama3_moe.model.gate_fw", "genmodel.model.llama3_moe.model.nnscaler_moe_gmm"};
+        if (!endsWith(sig, suffix)) return false;
+        for (const char* k : known)
+            if (sig == k) return true;
+        return false;
+    };
     // Binary arithmetic: tensor (op) tensor with broadcasting, or tensor (op) constant.
     if (sig == "torch.add" || sig == "torch.mul" || sig == "torch.div" || sig == "torch.sub") {
         needOutputs(1);
@@ -331,18 +348,19 @@ std::vector<Handle> lowerForward(RankSim& s, const Call& c) {
         Handle x = tensorFirst ? c.in[0] : tensorInput(c, 1);
         const json& k = constantInput(c, tensorFirst ? 1 : 0);
         const std::string v = numberText(k);
-        if (v.empty()) unsupported(c, "the constant operand " + k.dump() + " is not a number");
+        if (v.empty()) unsupported(c, "the constant operand " + k.dump() + " is not a number the checker can hold exactly");
         if (op == "add") return out1(s.emitOp("add_scalar", {x}, json{{"value", v}}, {c.outShapes[0]})[0]);
         if (op == "mul") return out1(s.emitOp("mul_scalar", {x}, json{{"value", v}}, {c.outShapes[0]})[0]);
-        if (op == "sub" && tensorFirst) return out1(s.emitOp("add_scalar", {x}, json{{"value", numberText(json(-k.get<double>()))}}, {c.outShapes[0]})[0]);
+        if (op == "sub" && tensorFirst) return out1(s.emitOp("add_scalar", {x}, json{{"value", (-*Rational::parse(v)).toString()}}, {c.outShapes[0]})[0]);
         if (op == "div" && tensorFirst) {
             const double d = k.get<double>();
             const double sq = std::round(d * d);
             // 1/sqrt(n), the attention scale, stays exact as div_sqrt.
             if (d > 0 && sq >= 1 && sq < 1e9 && std::abs(std::sqrt(sq) - d) <= 1e-12 * d && std::abs(std::round(d) - d) > 1e-9)
                 return out1(s.emitOp("div_sqrt", {x}, json{{"n", static_cast<std::int64_t>(sq)}}, {c.outShapes[0]})[0]);
-            if (d == 0) unsupported(c, "division by zero");
-            return out1(s.emitOp("mul_scalar", {x}, json{{"value", "1/(" + v + ")"}}, {c.outShapes[0]})[0]);
+            const Rational r = *Rational::parse(v);
+            if (r == Rational(0)) unsupported(c, "division by zero");
+            return out1(s.emitOp("mul_scalar", {x}, json{{"value", (Rational(1) / r).toString()}}, {c.outShapes[0]})[0]);
         }
         unsupported(c, "a constant first operand is not supported for " + op);
     }
@@ -350,7 +368,7 @@ std::vector<Handle> lowerForward(RankSim& s, const Call& c) {
         needOutputs(1);
         const json& e = constantInput(c, 1);
         if (!e.is_number()) unsupported(c, "the exponent must be a number");
-        return out1(s.emitOp("pow", {tensorInput(c, 0)}, json{{"exponent", numberText(e)}}, {c.outShapes[0]})[0]);
+        return out1(s.emitOp("pow", {tensorInput(c, 0)}, json{{"exponent", exact(e, "the exponent")}}, {c.outShapes[0]})[0]);
     }
     struct Unary { const char* sig; const char* op; };
     static const Unary unaries[] = {{"torch.rsqrt", "rsqrt"}, {"torch.exp", "exp"}, {"torch.sqrt", "sqrt"}, {"torch.sigmoid", "sigmoid"},
@@ -366,6 +384,30 @@ std::vector<Handle> lowerForward(RankSim& s, const Call& c) {
         }
     if (sig == "torch.Tensor.view" || sig == "torch.reshape" || sig == "torch.Tensor.reshape") {
         needOutputs(1);
+        // The runtime reshapes to `size` (local sizes, one of them may be -1): it must be the
+        // shape the output's index map says.
+        if (kw.contains("size")) {
+            const auto& size = kw["size"];
+            if (!size.is_array()) unsupported(c, "size must be a list");
+            const auto n = numel(s.shapeOf(tensorInput(c, 0)));
+            std::int64_t known = 1;
+            int free = -1;
+            Shape want;
+            for (std::size_t i = 0; i < size.size(); ++i) {
+                if (!size[i].is_number_integer()) unsupported(c, "size must be integers");
+                const auto v = size[i].get<std::int64_t>();
+                if (v == -1 && free < 0) free = static_cast<int>(i);
+                else if (v < 1 || known > n / v) unsupported(c, "size " + size.dump() + " does not fit the input's " + std::to_string(n) + " elements");
+                else known *= v;
+                want.push_back(v);
+            }
+            if (free >= 0) {
+                if (known == 0 || n % known != 0) unsupported(c, "size " + size.dump() + " does not fit the input's " + std::to_string(n) + " elements");
+                want[static_cast<std::size_t>(free)] = n / known;
+            }
+            if (want != c.outShapes[0])
+                throw NnScalerError(c.where + ": view to size " + size.dump() + " (" + shapeText(want) + ") but the output's index map holds " + shapeText(c.outShapes[0]));
+        }
         return {s.emitOp("reshape", {tensorInput(c, 0)}, json::object(), {c.outShapes[0]})[0]};  // size is implied by the output shape
     }
     if (sig == "torch.transpose") {
@@ -394,7 +436,8 @@ std::vector<Handle> lowerForward(RankSim& s, const Call& c) {
         noKwargsBut({"padding_idx", "start", "stop"});
         if (kw.contains("padding_idx") && !kw["padding_idx"].is_null()) unsupported(c, "padding_idx is not supported");
         Handle ids = tensorInput(c, 0), w = tensorInput(c, 1);
-        const auto rows = s.shapeOf(w).at(0);
+        if (s.shapeOf(w).size() != 2) unsupported(c, "the embedding weight must be [vocabulary, hidden]");
+        const auto rows = s.shapeOf(w)[0];
         const std::int64_t start = kw.value("start", json(0)).get<std::int64_t>();
         const std::int64_t stop = kw.value("stop", json(rows)).get<std::int64_t>();
         if (stop - start != rows) unsupported(c, "start/stop do not match the weight's " + std::to_string(rows) + " rows");
@@ -460,7 +503,7 @@ std::vector<Handle> lowerForward(RankSim& s, const Call& c) {
         part.name = "dropout mask of " + part.name;
         part.parts = 1, part.part = 0;
         Handle m = s.mask(c.outShapes[0], part);
-        return {s.emitOp("dropout", {x, m}, json{{"p", numberText(p)}}, {c.outShapes[0]})[0]};
+        return {s.emitOp("dropout", {x, m}, json{{"p", exact(p, "p")}}, {c.outShapes[0]})[0]};
     }
     if (sig == "nnscaler.runtime.function.layer_norm") {
         needOutputs(1);
@@ -468,17 +511,17 @@ std::vector<Handle> lowerForward(RankSim& s, const Call& c) {
         Handle x = tensorInput(c, 0);
         if (c.in.size() != 3 || c.in[1] < 0 || c.in[2] < 0) unsupported(c, "layer norm without a weight and a bias is not supported");
         const auto& ns = kw.value("normalized_shape", json());
-        if (!(ns.is_array() && ns.size() == 1 && ns[0].is_number_integer() && ns[0].get<std::int64_t>() == s.shapeOf(x).back()))
+        if (s.shapeOf(x).empty() || !(ns.is_array() && ns.size() == 1 && ns[0].is_number_integer() && ns[0].get<std::int64_t>() == s.shapeOf(x).back()))
             unsupported(c, "only a normalized_shape of the last dimension is supported");
         const json eps = kw.value("eps", json(1e-5));
-        return {s.emitOp("layernorm", {x, c.in[1], c.in[2]}, json{{"eps", numberText(eps)}}, {c.outShapes[0]})[0]};
+        return {s.emitOp("layernorm", {x, c.in[1], c.in[2]}, json{{"eps", exact(eps, "eps")}}, {c.outShapes[0]})[0]};
     }
     // The scale 1/sqrt(n) of attention stays exact as div_sqrt; another factor is a decimal.
     auto scaleBy = [&](Handle h, double scale, const Shape& shape) {
         const double n = std::round(1.0 / (scale * scale));
         if (scale > 0 && n >= 1 && n < 1e9 && std::abs(1.0 / std::sqrt(n) - scale) <= 1e-12 * scale)
             return s.emitOp("div_sqrt", {h}, json{{"n", static_cast<std::int64_t>(n)}}, {shape})[0];
-        return s.emitOp("mul_scalar", {h}, json{{"value", numberText(json(scale))}}, {shape})[0];
+        return s.emitOp("mul_scalar", {h}, json{{"value", exact(json(scale), "the scale")}}, {shape})[0];
     };
     auto subOf = [&](std::size_t k) -> const SubTensor& { return c.plan.tensors.at(c.cell.inputs.at(k).tensor); };
     if (ends(".self_attention")) {
@@ -491,7 +534,7 @@ std::vector<Handle> lowerForward(RankSim& s, const Call& c) {
         const Shape qs = s.shapeOf(q0), ws = s.shapeOf(w);
         if (!kw.contains("h") || !kw["h"].is_number_integer() || kw["h"].get<std::int64_t>() < 1) unsupported(c, "h must be a positive integer");
         const std::int64_t h = kw["h"].get<std::int64_t>();
-        if (qs.size() != 3 || ws.size() != 2 || ws[0] % (3 * h) != 0) unsupported(c, "qkv_proj's rows do not split into h heads of (d, 3)");
+        if (qs.size() != 3 || ws.size() != 2 || h > ws[0] || ws[0] % (3 * h) != 0) unsupported(c, "qkv_proj's rows do not split into h heads of (d, 3)");
         const std::int64_t L = qs[0], N = qs[1], d = ws[0] / h / 3;
         Handle qkv = s.emitOp("linear", {q0, w, b}, json::object(), {{L, N, ws[0]}})[0];
         Handle qkv5 = s.emitOp("reshape", {qkv}, json::object(), {{L, N, h, d, 3}})[0];
@@ -521,7 +564,7 @@ std::vector<Handle> lowerForward(RankSim& s, const Call& c) {
             part.fullShape = {qsub.fullShape[1], h, L, L};
             part.box = {qsub.box[1], {0, h}, {0, L}, {0, L}};
             Handle m = s.mask({N, h, L, L}, part);
-            probs = s.emitOp("dropout", {probs, m}, json{{"p", numberText(p)}}, {{N, h, L, L}})[0];
+            probs = s.emitOp("dropout", {probs, m}, json{{"p", exact(p, "p")}}, {{N, h, L, L}})[0];
         }
         Handle ctx = s.emitOp("matmul", {probs, v}, json::object(), {{N, h, L, d}})[0];
         Handle ctxT = s.emitOp("permute", {ctx}, json{{"dims", {2, 0, 1, 3}}}, {{L, N, h, d}})[0];
@@ -549,7 +592,7 @@ std::vector<Handle> lowerForward(RankSim& s, const Call& c) {
             part.fullShape = {xsub.fullShape[0], xsub.fullShape[1], wsub.fullShape[0]};
             part.box = {xsub.box[0], xsub.box[1], wsub.box[0]};
             Handle m = s.mask(hidden, part);
-            g = s.emitOp("dropout", {g, m}, json{{"p", numberText(p)}}, {hidden})[0];
+            g = s.emitOp("dropout", {g, m}, json{{"p", exact(p, "p")}}, {hidden})[0];
         }
         return {s.emitOp("linear", {g, w2}, json::object(), {c.outShapes[0]})[0]};
     }
@@ -588,7 +631,7 @@ std::vector<Handle> lowerForward(RankSim& s, const Call& c) {
             Handle total = s.emitOp("sum", {weights}, json{{"dims", {1}}, {"keepdim", true}}, {{xs[0], 1}})[0];
             weights = s.emitOp("div", {weights, total}, json::object(), {dense})[0];
         }
-        weights = s.emitOp("mul_scalar", {weights}, json{{"value", numberText(scale)}}, {dense})[0];
+        weights = s.emitOp("mul_scalar", {weights}, json{{"value", exact(scale, "route_scale")}}, {dense})[0];
         return {weights, chosen};
     }
     if (ends(".nnscaler_moe_gmm")) {
@@ -597,6 +640,7 @@ std::vector<Handle> lowerForward(RankSim& s, const Call& c) {
         // densely over the local experts (a token's unchosen experts have weight 0).
         needOutputs(1);
         noKwargsBut({"n_routed_experts", "local_expert_start", "local_expert_end"});
+        if (c.in.size() != 6) unsupported(c, "expected 6 operands");
         Handle x = tensorInput(c, 0), weights = tensorInput(c, 2), w1 = tensorInput(c, 3), w3 = tensorInput(c, 4), w2 = tensorInput(c, 5);
         tensorInput(c, 1);  // the chosen experts: implied by the dense weights
         const Shape xs = s.shapeOf(x), rs = s.shapeOf(weights), w1s = s.shapeOf(w1), w2s = s.shapeOf(w2);
@@ -608,6 +652,7 @@ std::vector<Handle> lowerForward(RankSim& s, const Call& c) {
         if (xs.size() != 2 || rs.size() != 2 || rs[1] != experts || w1s.size() != 3 || w2s.size() != 3 || s.shapeOf(w3) != w1s)
             unsupported(c, "expected x [tokens, h], dense routing [tokens, experts] and expert stacks [E, d, h], [E, d, h], [E, h, d]");
         const std::int64_t a = xs[0], h = xs[1], El = w1s[0], d = w1s[1];
+        if (El > (std::int64_t(1) << 40) / std::max<std::int64_t>(d, 1)) unsupported(c, "the expert stacks are too large");
         if (start < 0 || end > experts || end - start != El) unsupported(c, "local experts [" + std::to_string(start) + ", " + std::to_string(end) + ") do not match the " + std::to_string(El) + " expert weights held");
         Handle local = start == 0 && end == experts ? weights : s.emitOp("slice", {weights}, json{{"dim", 1}, {"start", start}, {"end", end}}, {{a, El}})[0];
         auto up = [&](Handle wt) {
@@ -707,8 +752,13 @@ struct Importer {
     /// MoE routing (gate_fw's weights and indices, [tokens, k], and their gradients) is held
     /// densely as [tokens, experts]: the routing weight of every expert, 0 where not chosen, and
     /// the chosen experts' mask. The full tensors so held, with the number of experts.
-    std::map<std::int64_t, std::int64_t> denseFull;
+    std::map<std::pair<bool, std::int64_t>, std::int64_t> denseFull;  ///< (logical plan?, full tensor) -> experts
+    bool inLogical(const SubTensor& t) const {
+        auto it = L.tensors.find(t.id);
+        return it != L.tensors.end() && &it->second == &t;
+    }
     void findDenseRouting(const Plan& plan) {
+        const bool logical = &plan == &L;
         for (const auto& [d, cells] : plan.programs)
             for (const auto& c : cells) {
                 if (c.kind != CellKind::Forward || !endsWith(c.signature, ".gate_fw") || c.inputs.size() < 2 || c.inputs[1].tensor < 0) continue;
@@ -716,14 +766,14 @@ struct Importer {
                 if (w.fullShape.empty()) continue;
                 for (const auto& o : c.outputs) {
                     if (o.tensor < 0) continue;
-                    denseFull[plan.tensors.at(o.tensor).fullId] = w.fullShape[0];
-                    if (o.grad >= 0) denseFull[plan.tensors.at(o.grad).fullId] = w.fullShape[0];
+                    denseFull[{logical, plan.tensors.at(o.tensor).fullId}] = w.fullShape[0];
+                    if (o.grad >= 0) denseFull[{logical, plan.tensors.at(o.grad).fullId}] = w.fullShape[0];
                 }
             }
     }
     /// A sub-tensor as held: complex as (re, im) pairs, routing densely.
     SubTensor adjusted(const SubTensor& t) const {
-        auto it = denseFull.find(t.fullId);
+        auto it = denseFull.find({inLogical(t), t.fullId});
         if (it == denseFull.end() || t.box.empty()) return t;
         SubTensor a = t;
         a.fullShape.back() = it->second;
@@ -741,8 +791,7 @@ struct Importer {
     const SubTensor& sub(const Plan& plan, std::int64_t id) const { return plan.tensors.at(id); }
 
     static bool isCreateMask(const Cell& c) {
-        const std::string_view suffix = ".create_mask";
-        return c.signature.size() >= suffix.size() && c.signature.compare(c.signature.size() - suffix.size(), suffix.size(), suffix) == 0;
+        return c.signature == "genmodel.model.llama3_adpt.model.create_mask" || c.signature == "genmodel.model.llama3_moe.model.create_mask";
     }
 
     static const char* roleOf(const SubTensor& t) {
@@ -869,9 +918,10 @@ struct Importer {
                     if (isCreateMask(c)) {
                         // The causal mask depends only on the sequence length (its ^ dims are never
                         // split): every execution holds the same constant, a copy of the logical one.
-                        const Shape& ms = call.outShapes.at(0);
+                        if (call.outShapes.size() != 1) unsupported(call, "expected one output");
+                        const Shape& ms = call.outShapes[0];
                         const Shape ts = call.in.empty() || call.in[0] < 0 ? Shape{} : g.shape(call.in[0]);
-                        if (call.outShapes.size() != 1 || ms.size() != 4 || ts.size() < 2 || ms[2] != ts[1] || ms[3] != ts[1])
+                        if (ms.size() != 4 || ts.size() < 2 || ms[2] != ts[1] || ms[3] != ts[1])
                             unsupported(call, "the mask's shape does not follow from the tokens' sequence length");
                         Handle h = g.tensor(tensorBase(sub(plan, c.outputs[0].tensor)) + s.where(), ms, "input", false, s.rank, s.mb);
                         initialReads.push_back({s.rank, s.mb, h, &sub(plan, c.outputs[0].tensor), -1, c.signature + shapeText(ms)});
@@ -1007,6 +1057,10 @@ struct Importer {
                 throw NnScalerError(where + ": rank " + r.dump() + " in \"" + key + "\" is not a plan device");
             gr.push_back(static_cast<int>(r.get<std::int64_t>()) + shift);
         }
+        if (gr.empty()) throw NnScalerError(where + ": the primitive's \"" + key + "\" list is empty");
+        std::vector<int> sorted = gr;
+        std::sort(sorted.begin(), sorted.end());
+        if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) throw NnScalerError(where + ": a rank is listed twice in \"" + key + "\"");
         return gr;
     }
 
@@ -1017,6 +1071,10 @@ struct Importer {
             it->second.attrs = attrs;
             it->second.group = group;
             it->second.where = where;
+        } else if (it->second.kind != kind || it->second.attrs != attrs || it->second.group != group) {
+            // Every member must run the same collective, or the runtime's result is not any one of them.
+            throw NnScalerError(where + ": its part of the collective is " + kind + " " + attrs.dump() + " over " + json(group).dump() + ", but " +
+                                it->second.where + " runs " + it->second.kind + " " + it->second.attrs.dump() + " over " + json(it->second.group).dump());
         }
         return it->second;
     }
@@ -1045,7 +1103,7 @@ struct Importer {
             const std::string& k = pr.kind;
             auto dimOf = [&](const char* key) {
                 if (!pr.kwargs.contains(key) || !pr.kwargs[key].is_number_integer()) throw NnScalerError(where + ": " + k + " has no \"" + key + "\"");
-                return normDimOf(pr.kwargs[key].get<std::int64_t>(), shapeOf(sub(plan, inId)).size(), where);
+                return normDimOf(pr.kwargs[key].get<std::int64_t>(), sub(plan, inId).box.size(), where);
             };
             if (k == "AllReduceIdentityPrim") kind = fw ? "all_reduce" : "identity";
             else if (k == "IdentityAllreducePrim") kind = fw ? "identity" : "all_reduce";
@@ -1120,14 +1178,16 @@ struct Importer {
             else if (k == "AllToAllPrim") kind = "all_to_all";
             else if (k == "ReduceScatterPrim") kind = "reduce_scatter";
             else throw UnsupportedOperator(k, "", where, "no semantics for this primitive yet");
-            auto rankOfIn = shapeOf(sub(plan, pr.inputs[0])).size();
+            auto rankOfIn = sub(plan, pr.inputs[0]).box.size();
             if (kind == "chunk" || kind == "all_gather" || kind == "reduce_scatter") {
                 if (!pr.kwargs.contains("dim") || !pr.kwargs["dim"].is_number_integer()) throw NnScalerError(where + ": " + k + " has no \"dim\"");
                 attrs["dim"] = normDimOf(pr.kwargs["dim"].get<std::int64_t>(), rankOfIn, where);
             }
             if (kind == "all_to_all") {
-                attrs["split_dim"] = normDimOf(pr.kwargs.value("odim", json(0)).get<std::int64_t>(), rankOfIn, where);
-                attrs["concat_dim"] = normDimOf(pr.kwargs.value("idim", json(0)).get<std::int64_t>(), rankOfIn, where);
+                for (const char* key : {"idim", "odim"})
+                    if (!pr.kwargs.contains(key) || !pr.kwargs[key].is_number_integer()) throw NnScalerError(where + ": " + k + " has no \"" + key + "\"");
+                attrs["split_dim"] = normDimOf(pr.kwargs["odim"].get<std::int64_t>(), rankOfIn, where);
+                attrs["concat_dim"] = normDimOf(pr.kwargs["idim"].get<std::int64_t>(), rankOfIn, where);
             }
             localOrCollective(plan, g, s, c, static_cast<int>(pi), kind, attrs, group, pr.inputs[0], pr.outputs[0], where);
         }
@@ -1145,6 +1205,9 @@ struct Importer {
         const auto& tout = sub(plan, outId);
         if (kind == "identity" && inId == outId) return;  // a no-op in this direction
         Handle in = read(plan, g, s, inId, where);
+        // A primitive that writes back the tensor it reads replaces it; a new tensor that is a
+        // gradient already written adds to it (two producers, docs/research/nnscaler-ir.md §8.6).
+        const bool replace = inId == outId;
         if (kind == "identity" || kind == "chunk") {
             if (kind == "chunk") {
                 auto pos = std::find(group.begin(), group.end(), s.rank);
@@ -1169,7 +1232,7 @@ struct Importer {
             }
             s.phase = "communication";
             Handle out = s.emitOp(kind, {in}, attrs, {shapeOf(tout)})[0];
-            write(g, s, tout, out);
+            write(g, s, tout, out, replace);
             return;
         }
         CollectiveKey key{c.id, pi, s.mb, -1, group};
@@ -1177,11 +1240,12 @@ struct Importer {
         col.in[s.rank] = in;
         Handle out = g.tensor(tensorBase(tout) + "." + kind + s.where(), shapeOf(tout), roleOf(tout), isInt(tout), s.rank, s.mb);
         col.out[s.rank] = out;
-        write(g, s, tout, out);
+        write(g, s, tout, out, replace);
     }
 
     void reducer(const Plan& plan, GraphWriter& g, RankSim& s, const Cell& c, const std::string& where) {
         std::vector<int> group;
+        if (c.devices.empty()) throw NnScalerError(where + ": the reducer spans no devices");
         for (int d : c.devices) {
             if (d < 0 || d >= devices) throw NnScalerError(where + ": device " + std::to_string(d) + " is not a plan device");
             for (int r = 0; r < dp; ++r) group.push_back(d + r * devices);
@@ -1250,6 +1314,8 @@ struct Importer {
 
     // ----- lineage -----
 
+    std::set<std::int64_t> claimedGradients;
+    std::map<std::int64_t, std::int64_t> logicalGradOf;  ///< logical weight full tensor -> its gradient's
     std::unordered_set<std::string> claimed;
     bool batchNoted_ = false;
     json records = json::array();
@@ -1269,9 +1335,10 @@ struct Importer {
         if (batch >= 0) {
             const auto b = static_cast<std::size_t>(batch);
             const std::int64_t lanes = static_cast<std::int64_t>(dp) * nm;
-            if (l.fullShape[b] != lanes * p.fullShape[b]) {
+            std::int64_t total = 0;
+            if (__builtin_mul_overflow(lanes, p.fullShape[b], &total) || l.fullShape[b] != total) {
                 if (!batchNoted_) note("the parallel plan's " + p.name + " has " + std::to_string(p.fullShape[b]) + " in dimension " + std::to_string(b) + " per microbatch; " +
-                     std::to_string(dp) + " replica(s) x " + std::to_string(nm) + " microbatch(es) of it make " + std::to_string(lanes * p.fullShape[b]) +
+                     std::to_string(dp) + " replica(s) x " + std::to_string(nm) + " microbatch(es) of it make " + std::to_string(total) +
                      ", but the logical plan's has " + std::to_string(l.fullShape[b]) + ": the lanes do not tile the logical batch (the first of the tensors affected)");
                 batchNoted_ = true;
                 return false;
@@ -1326,6 +1393,7 @@ struct Importer {
             return true;
         };
         json slices = json::array();
+        std::int64_t covered = 0;
         for (const auto& [box, lanes] : groups) {
             std::vector<std::vector<Handle>> copies;
             if (laneSum) {
@@ -1335,14 +1403,12 @@ struct Importer {
                     if (!laneCopies(parts, perLane.back()) || perLane.back().empty()) return false;
                 }
                 if (static_cast<std::int64_t>(perLane.size()) != static_cast<std::int64_t>(dp) * nm) return false;
-                std::size_t most = 0;
-                for (const auto& c : perLane) most = std::max(most, c.size());
-                for (std::size_t k = 0; k < most; ++k) {
+                // As many copies as every lane has (a parallel tensor appears in one copy only).
+                std::size_t fewest = perLane.front().size();
+                for (const auto& c : perLane) fewest = std::min(fewest, c.size());
+                for (std::size_t k = 0; k < fewest; ++k) {
                     std::vector<Handle> copy;
-                    for (const auto& c : perLane) {
-                        const auto& pick = c[std::min(k, c.size() - 1)];
-                        copy.insert(copy.end(), pick.begin(), pick.end());
-                    }
+                    for (const auto& c : perLane) copy.insert(copy.end(), c[k].begin(), c[k].end());
                     copies.push_back(std::move(copy));
                 }
             } else {
@@ -1358,7 +1424,12 @@ struct Importer {
                 jc.push_back(std::move(terms));
             }
             slices.push_back({{"box", std::move(jb)}, {"copies", std::move(jc)}});
+            std::int64_t volume = 1;
+            for (const auto& [a, b] : box) volume *= b - a;
+            covered += volume;
         }
+        // Only records that cover their logical tensor (disjoint boxes, so volumes add up).
+        if (covered != numel(lg.shape(site.logical))) return false;
         (void)initial;
         for (const auto& in : site.instances) claimed.insert(pg.name(in.parallel));
         records.push_back({{"logical", lg.name(site.logical)}, {"slices", std::move(slices)}});
@@ -1527,27 +1598,44 @@ struct Importer {
             }
         }
         // The data: every lane's batch must be its own part of the logical batch.
+        std::set<Handle> dataHandles;
+        for (const auto& r : initialReads)
+            if (r.rank < 0 && r.dataOutput >= 0) dataHandles.insert(r.handle);
+        const std::int64_t lanes = static_cast<std::int64_t>(dp) * nm;
         for (const auto& site : initial) {
+            if (!dataHandles.count(site.logical) || !result.findings.empty()) continue;
             for (const auto& in : site.instances) {
                 const auto& p = *in.psub;
                 const auto& l = *site.lsub;
-                if (in.mb < 0 || p.fullShape.size() != l.fullShape.size()) continue;
-                for (std::size_t d = 0; d < p.fullShape.size(); ++d) {
-                    const std::int64_t lanes = static_cast<std::int64_t>(dp) * nm;
-                    if (p.fullShape[d] == l.fullShape[d] || l.fullShape[d] == lanes * p.fullShape[d]) continue;
-                    MappingFinding f;
-                    f.logicalTensor = lg.name(site.logical);
-                    f.parallelTensor = pg.name(in.parallel);
-                    f.rank = pg.handles[static_cast<std::size_t>(in.parallel)].name.empty() ? -1 : rankOfParallel(in.parallel);
-                    f.microbatch = in.mb;
-                    f.message = "the parallel plan processes " + std::to_string(lanes * p.fullShape[d]) + " samples per step (" + std::to_string(dp) +
-                                " data-parallel replica(s) x " + std::to_string(nm) + " microbatch(es) x " + std::to_string(p.fullShape[d]) + " in dimension " +
-                                std::to_string(d) + " of " + p.name + ") where the logical plan processes " + std::to_string(l.fullShape[d]) +
+                std::vector<std::size_t> differ;
+                for (std::size_t d = 0; d < p.fullShape.size() && d < l.fullShape.size(); ++d)
+                    if (p.fullShape[d] != l.fullShape[d]) differ.push_back(d);
+                std::int64_t total = 0;
+                const bool tiles = p.fullShape.size() == l.fullShape.size() &&
+                                   (differ.empty() ? lanes == 1
+                                                   : differ.size() == 1 && !__builtin_mul_overflow(lanes, p.fullShape[differ[0]], &total) &&
+                                                         total == l.fullShape[differ[0]]);
+                if (tiles) continue;
+                MappingFinding f;
+                f.logicalTensor = lg.name(site.logical);
+                f.parallelTensor = pg.name(in.parallel);
+                f.rank = rankOfParallel(in.parallel);
+                f.microbatch = in.mb;
+                const std::string lanesText = std::to_string(dp) + " data-parallel replica(s) x " + std::to_string(nm) + " microbatch(es)";
+                if (differ.size() == 1 && p.fullShape.size() == l.fullShape.size() && !__builtin_mul_overflow(lanes, p.fullShape[differ[0]], &total))
+                    f.message = "the parallel plan processes " + std::to_string(total) + " samples per step (" + lanesText + " x " +
+                                std::to_string(p.fullShape[differ[0]]) + " in dimension " + std::to_string(differ[0]) + " of " + p.name +
+                                ") where the logical plan processes " + std::to_string(l.fullShape[differ[0]]) +
                                 ": its data loaders do not split the logical batch, so it does not compute the logical training step";
-                    result.findings.push_back(std::move(f));
-                    break;
-                }
-                if (!result.findings.empty()) break;
+                else if (differ.empty())
+                    f.message = "each of the parallel plan's " + std::to_string(lanes) + " lanes (" + lanesText + ") loads " + p.name + " whole, " +
+                                shapeText(l.fullShape) + " as the logical plan does: it processes " + std::to_string(lanes) +
+                                " times the logical batch per step, so it does not compute the logical training step";
+                else
+                    f.message = "the parallel plan's " + p.name + " is " + shapeText(p.fullShape) + " per microbatch, which does not split the logical " +
+                                shapeText(l.fullShape) + " into " + lanesText + ": it does not compute the logical training step";
+                result.findings.push_back(std::move(f));
+                break;
             }
         }
         for (const auto& site : initial)
@@ -1561,8 +1649,9 @@ struct Importer {
             // The logical weight whose gradient this is.
             const InitialRead* lw = nullptr;
             for (const auto& r : initialReads)
-                if (r.rank < 0 && r.sub->isParameter() && gradFullOf(L, r.sub->fullId) == gradFull) lw = &r;
+                if (r.rank < 0 && r.sub->isParameter() && logicalGradOf.count(r.sub->fullId) && logicalGradOf.at(r.sub->fullId) == gradFull) lw = &r;
             if (!lw) continue;
+            claimedGradients.insert(lw->sub->fullId);
             Site site{lh, lw->sub, {}};
             SubTensor* lsub = nullptr;
             (void)lsub;
@@ -1578,12 +1667,28 @@ struct Importer {
                 site.instances.push_back({h, r.sub, r.rank / devices, -1});
             }
             if (site.instances.empty()) {
-                note("no rank holds weight " + lw->sub->name + "; its gradient is not checked");
+                result.unchecked.push_back("no rank of the parallel plan holds weight " + lw->sub->name);
                 continue;
             }
             // The gradient tensors stand in for the weight's sub-tensors (same boxes).
-            if (!addRecord(site, false)) note("the gradient of " + lw->sub->name + " could not be related to the parallel plan's");
+            if (!addRecord(site, false)) result.unchecked.push_back("the gradient of weight " + lw->sub->name + " could not be related to the parallel plan's");
         }
+        // The final claims must all be there: the loss, and the gradient of every weight the
+        // logical step trains. What the mapping could not claim leaves the verdict inconclusive.
+        for (const auto& r : initialReads)
+            if (r.rank < 0 && r.sub->isParameter() && logicalGradOf.count(r.sub->fullId) && !claimedGradients.count(r.sub->fullId))
+                result.unchecked.push_back("the gradient of weight " + r.sub->name + " has no counterpart in the parallel plan");
+        bool lossClaimed = false, hasLoss = false;
+        for (const auto& [key, low] : lowered) {
+            if (std::get<0>(key) >= 0) continue;
+            for (std::size_t k = 0; k < low.cell->outputs.size(); ++k) {
+                const auto& t = L.tensors.at(low.cell->outputs[k].tensor);
+                if (!t.isLoss || t.isGrad) continue;
+                hasLoss = true;
+                for (const auto& rec : records) lossClaimed = lossClaimed || rec["logical"] == lg.name(low.outputs[k]);
+            }
+        }
+        if (hasLoss && !lossClaimed) result.unchecked.push_back("the loss could not be related to the parallel plan's");
     }
 };
 
@@ -1676,6 +1781,21 @@ ImportResult importPair(const Plan& logical, const Plan& parallel, const ImportO
         throw NnScalerError("the parallel plan runs on " + std::to_string(parallel.runtimeRanks) + " runtime ranks, not a multiple of its " +
                             std::to_string(im.devices) + " devices");
     im.nm = std::max(parallel.microbatches, 1);
+    for (const auto& [d, cells] : logical.programs)
+        for (const auto& c : cells) {
+            if (c.kind != CellKind::Forward && c.kind != CellKind::Backward && c.kind != CellKind::DataLoader)
+                throw NnScalerError(std::string("the logical plan holds a") + (c.kind == CellKind::Adapter ? "n adapter" : " reducer") + " (#" +
+                                    std::to_string(c.id) + "): a logical (single-device) plan communicates with nobody");
+            for (const auto& o : c.inputs)
+                if (o.tensor >= 0 && o.grad >= 0 && logical.tensors.at(o.tensor).isParameter())
+                    im.logicalGradOf.emplace(logical.tensors.at(o.tensor).fullId, logical.tensors.at(o.grad).fullId);
+        }
+    // Bounded work: every cell runs once per replica.
+    std::size_t cells = 0;
+    for (const auto& [d, prog] : parallel.programs) cells += prog.size();
+    if (static_cast<double>(cells) * im.dp > 5e7)
+        throw NnScalerError("the parallel plan runs " + std::to_string(cells) + " cells on each of " + std::to_string(im.dp) +
+                            " replicas: more than the 50 million cell executions the mapping writes out");
     im.runProgram(logical, im.lg, logical.programs.begin()->first, 0, true);
     for (int r = 0; r < im.dp; ++r)
         for (int d = 0; d < im.devices; ++d) im.runProgram(parallel, im.pg, d, r, false);
@@ -1697,7 +1817,7 @@ ImportResult importPair(const Plan& logical, const Plan& parallel, const ImportO
     }
     json mesh = json::object();
     mesh["dp"] = im.dp;
-    if (options.tp > 0 && options.pp > 0 && options.tp * options.pp == im.devices) {
+    if (options.tp > 0 && options.pp > 0 && static_cast<std::int64_t>(options.tp) * options.pp == im.devices) {
         mesh["tp"] = options.tp;
         mesh["pp"] = options.pp;
     } else {

@@ -51,6 +51,9 @@ struct MappingFinding {
 struct ImportResult {
     nlohmann::json plan;             ///< a trainverify plan, format version 1
     std::vector<MappingFinding> findings;  ///< non-empty: the plan is not equivalent, whatever the proofs say
+    /// Final claims the mapping could not make (the loss, a weight's gradient): proofs of the rest
+    /// cannot make the pair EQUIVALENT.
+    std::vector<std::string> unchecked;
     std::vector<std::string> notes;  ///< what the mapping noticed (lanes it could not align, index maps that disagree with the runtime)
 };
 

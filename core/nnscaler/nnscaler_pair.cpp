@@ -57,12 +57,16 @@ PairLoad loadPair(const std::string& logicalPath, const std::string& parallelPat
                     "cannot verify yet: " + std::string(e.what()) + " (supported operators: docs/nnscaler.md)");
     } catch (const NnScalerError& e) {
         return fail(Verdict::Invalid, FailureKind::InvalidPlan, "cannot map " + parallelPath + " onto " + logicalPath + ": " + e.what());
+    } catch (const std::out_of_range& e) {
+        return fail(Verdict::Invalid, FailureKind::InvalidPlan,
+                    "cannot map " + parallelPath + " onto " + logicalPath + ": the plans refer to something that is not there (" + e.what() + ")");
     } catch (const nlohmann::json::exception& e) {
         // A keyword argument or constant of an unexpected type (a hand-made or damaged plan).
         return fail(Verdict::Invalid, FailureKind::InvalidPlan,
                     "cannot map " + parallelPath + " onto " + logicalPath + ": a value of an unexpected type: " + e.what());
     }
     l.notes = std::move(imported.notes);
+    l.unchecked = std::move(imported.unchecked);
     if (!imported.findings.empty()) {
         // Found while mapping: no proof can relate the two plans.
         const auto& mf = imported.findings[0];
@@ -86,5 +90,18 @@ PairLoad loadPair(const std::string& logicalPath, const std::string& parallelPat
     return l;
 }
 
+
+void applyMappingLimits(const PairLoad& pair, VerifyReport& report) {
+    for (const auto& n : pair.notes) report.warnings.push_back("nnScaler mapping: " + n);
+    for (const auto& u : pair.unchecked) report.warnings.push_back("nnScaler mapping: not checked: " + u);
+    if (report.verdict != Verdict::Equivalent || pair.unchecked.empty()) return;
+    report.verdict = Verdict::Inconclusive;
+    Failure f;
+    f.kind = FailureKind::Inconclusive;
+    f.message = "every stage is proven, but the mapping could not claim " + pair.unchecked.front() +
+                (pair.unchecked.size() > 1 ? " (and " + std::to_string(pair.unchecked.size() - 1) + " more)" : std::string());
+    report.failure = f;
+    report.failures.insert(report.failures.begin(), f);
+}
 
 }  // namespace tv::nnscaler

@@ -19,9 +19,15 @@ struct PairLoad {
     /// not tile).
     VerifyReport report;
     std::vector<std::string> notes;  ///< what the mapping noticed
+    /// Final claims the mapping could not make: the pair is at best INCONCLUSIVE.
+    std::vector<std::string> unchecked;
     double seconds = 0;              ///< reading and mapping
 };
 
 PairLoad loadPair(const std::string& logicalPath, const std::string& parallelPath);
+
+/// The verdict of a verified pair, given what the mapping could not claim: an EQUIVALENT
+/// report becomes INCONCLUSIVE when a final claim is missing. Adds the notes as warnings.
+void applyMappingLimits(const PairLoad& pair, VerifyReport& report);
 
 }  // namespace tv::nnscaler
