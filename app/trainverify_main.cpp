@@ -363,6 +363,20 @@ int cmdInspect(const std::vector<std::string>& args) {
     return 0;
 }
 
+/// Writes a plan's text to `path` ("-": standard output); says why when it cannot.
+bool writeOutput(const std::string& path, const std::string& text) {
+    if (path == "-") {
+        std::cout << text;
+        return true;
+    }
+    std::ofstream f(path, std::ios::binary);
+    if (!f || !(f << text) || !f.flush()) {
+        std::fprintf(stderr, "trainverify: cannot write %s: %s\n", path.c_str(), std::strerror(errno));
+        return false;
+    }
+    return true;
+}
+
 bool parseCount(const std::string& s, std::int64_t& out) {
     if (s.empty() || s.size() > 12) return false;
     for (char c : s)
@@ -473,15 +487,7 @@ int cmdGenerate(const std::vector<std::string>& args) {
     auto& plan = *read.plan;
     plan.storedWithRepeats = o.format == 3;
     auto text = tv::writePlanText(plan);
-    if (outPath == "-") {
-        std::cout << text;
-    } else {
-        std::ofstream f(outPath, std::ios::binary);
-        if (!f || !(f << text) || !f.flush()) {
-            std::fprintf(stderr, "trainverify: cannot write %s: %s\n", outPath.c_str(), std::strerror(errno));
-            return 3;
-        }
-    }
+    if (!writeOutput(outPath, text)) return 3;
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (outPath != "-")
         std::fprintf(stderr, "generated %s: %zu logical ops, %zu parallel ops%s, %zu lineage records, %.1f MB in %.2f s\n",
@@ -516,14 +522,8 @@ int cmdConvert(const std::vector<std::string>& args) {
         return tv::exitCode(loaded.invalid.verdict);
     }
     auto text = tv::writePlanText(*loaded.plan);
-    if (outPath == "-") {
-        std::cout << text;
-    } else {
-        std::ofstream f(outPath, std::ios::binary);
-        if (!f || !(f << text) || !f.flush()) {
-            std::fprintf(stderr, "trainverify: cannot write %s: %s\n", outPath.c_str(), std::strerror(errno));
-            return 3;
-        }
+    if (!writeOutput(outPath, text)) return 3;
+    if (outPath != "-") {
         std::fprintf(stderr, "converted %s: %zu logical ops, %zu parallel ops on %zu ranks, %zu lineage records, %.1f MB in %.2f s\n", outPath.c_str(),
                      loaded.plan->logical.ops.size(), loaded.plan->parallel.ops.size(), loaded.plan->ranks.size(), loaded.plan->lineage.size(),
                      static_cast<double>(text.size()) / 1e6, loaded.seconds);

@@ -158,12 +158,10 @@ std::string numberText(const json& v) {
 
 // ----- the simulation of one program (one rank, or the logical device) ---------------------------
 
-struct Importer;
-
 /// Emits the registry ops of one rank (or of the logical graph) and keeps its tensor state.
 class RankSim : public GradBuilder {
 public:
-    RankSim(Importer& im, GraphWriter& g, bool logical) : im_(im), g_(g), logical_(logical) {}
+    RankSim(GraphWriter& g, bool logical) : g_(g), logical_(logical) {}
     int rank = -1;    ///< runtime rank (-1: logical)
     int shift = 0;    ///< rank shift of this replica
     int mb = -1;
@@ -208,7 +206,6 @@ public:
     }
 
 private:
-    Importer& im_;
     GraphWriter& g_;
     bool logical_;
 };
@@ -735,7 +732,6 @@ struct Importer {
         std::string constant; ///< a constant computed from shapes alone (the causal mask): its signature and shape
     };
     std::vector<InitialRead> initialReads;
-    std::set<int> noted;
     /// Chunks whose runtime piece (the rank's position in the sorted group, as nnScaler's
     /// runtime and torch number group members) differs from the piece the index map labels.
     struct Mismatch {
@@ -883,7 +879,7 @@ struct Importer {
     // ----- running the programs -----
 
     void runProgram(const Plan& plan, GraphWriter& g, int device, int replica, bool logical) {
-        RankSim s(*this, g, logical);
+        RankSim s(g, logical);
         s.rank = logical ? -1 : replica * devices + device;
         s.shift = replica * devices;
         const auto& cells = plan.programs.at(device);
@@ -1080,7 +1076,7 @@ struct Importer {
     }
 
     void adapter(const Plan& plan, GraphWriter& g, RankSim& s, const Cell& c, const std::string& where) {
-        s.phase = c.forwardAdapter ? "communication" : "communication";
+        s.phase = "communication";
         if (c.fused) {
             if (c.primitives.size() != 1) throw NnScalerError(where + ": a fused adapter holds " + std::to_string(c.primitives.size()) + " primitives");
             const auto& pr = c.primitives[0];
@@ -1358,7 +1354,7 @@ struct Importer {
     /// Appends the lineage record a site claims, leaving out parallel tensors an earlier record
     /// already describes. Returns false (and writes nothing) when the site's parts do not make up
     /// whole values.
-    bool addRecord(const Site& site, bool initial) {
+    bool addRecord(const Site& site) {
         const SubTensor l = adjusted(*site.lsub);
         if (l.parts != 1) return false;
         const bool laneSum = l.isLoss && !l.isGrad;
@@ -1430,7 +1426,6 @@ struct Importer {
         }
         // Only records that cover their logical tensor (disjoint boxes, so volumes add up).
         if (covered != numel(lg.shape(site.logical))) return false;
-        (void)initial;
         for (const auto& in : site.instances) claimed.insert(pg.name(in.parallel));
         records.push_back({{"logical", lg.name(site.logical)}, {"slices", std::move(slices)}});
         return true;
@@ -1639,9 +1634,9 @@ struct Importer {
             }
         }
         for (const auto& site : initial)
-            if (!addRecord(site, true))
+            if (!addRecord(site))
                 note("the inputs of logical tensor " + lg.name(site.logical) + " do not make up whole values; they are not related to it");
-        for (const auto& [key, site] : sites) addRecord(site, false);
+        for (const auto& [key, site] : sites) addRecord(site);
         // Final records: every weight gradient, on every rank holding the weight.
         for (const auto& [key, lh] : gradBuffers) {
             auto [rank, gradFull, box] = key;
@@ -1653,8 +1648,6 @@ struct Importer {
             if (!lw) continue;
             claimedGradients.insert(lw->sub->fullId);
             Site site{lh, lw->sub, {}};
-            SubTensor* lsub = nullptr;
-            (void)lsub;
             for (const auto& r : initialReads) {
                 if (r.rank < 0 || !r.sub->isParameter() || r.sub->fullId != lw->sub->fullId) continue;
                 auto it = gradBuffers.find({r.rank, gradFull, boxStart(*r.sub)});
@@ -1671,7 +1664,7 @@ struct Importer {
                 continue;
             }
             // The gradient tensors stand in for the weight's sub-tensors (same boxes).
-            if (!addRecord(site, false)) result.unchecked.push_back("the gradient of weight " + lw->sub->name + " could not be related to the parallel plan's");
+            if (!addRecord(site)) result.unchecked.push_back("the gradient of weight " + lw->sub->name + " could not be related to the parallel plan's");
         }
         // The final claims must all be there: the loss, and the gradient of every weight the
         // logical step trains. What the mapping could not claim leaves the verdict inconclusive.
