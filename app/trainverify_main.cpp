@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "bugs/bug_catalog.hpp"
 #include "generate/generator.hpp"
 #include "io/plan_json.hpp"
 #include "nnscaler/nnscaler_pair.hpp"
@@ -33,6 +34,9 @@ Usage:
                        [--schedule 1f1b|gpipe] [--layers N] [--global-batch N] [--optimizer adamw|sgd]
                        [--hidden N] [--heads N] [--kv-heads N] [--ffn N] [--vocab N] [--seq N]
                        [--clip-grad NORM] [--format 1|2|3] [--verify] -o PLAN.json
+  trainverify mutate PLAN.json --bug KIND [--at OP] [--rank R] -o BUGGY.json [--verify [--jobs N] [--json FILE|-]]
+  trainverify mutate PLAN.json --bug KIND --sites
+  trainverify mutate --list [--json]
   trainverify ops
   trainverify --help | --version
 
@@ -65,9 +69,19 @@ generate Writes one whole training step (forward, backward, gradient reduction, 
          microbatches and repeated blocks (identical layers) once; 2 stores only
          replicas and microbatches once; 1 writes everything out.
          --clip-grad NORM clips the gradients to a global norm before the update.
+mutate   The bug lab: injects a parallelization bug from the catalog (--list shows it: the
+         TrainVerify paper's 14 cases and more) into a copy of the plan and writes it. The site
+         is found by structure; --at names an op of it, --rank a rank it runs on (a rank of a
+         replica other than the first, or an op named "...~dp1", writes replicas and
+         microbatches out so that only that instance is wrong). --sites lists every site.
+         --verify verifies the mutant and checks that the report catches it where it should
+         (the edited op and rank, or one its broken dataflow reaches first); exit 0 if so, 1 if
+         not. --json writes that outcome with the whole report. Also --logical/--parallel.
 ops      Lists the operators the registry knows.
 
-Exit codes: 0 equivalent, 1 not equivalent, 2 inconclusive, 3 invalid input or usage.
+Exit codes: 0 equivalent, 1 not equivalent, 2 inconclusive, 3 invalid input or usage
+(mutate: 0 written, and with --verify caught where expected; 1 with --verify, missed or
+misplaced; 3 invalid input, usage, or a bug the plan has no site for).
 )";
 
 int usageError(const std::string& msg) {
@@ -533,6 +547,133 @@ int cmdConvert(const std::vector<std::string>& args) {
     return 0;
 }
 
+int cmdMutate(const std::vector<std::string>& args) {
+    std::string path, bug, outPath, jsonOut, logicalPath, parallelPath;
+    tv::bugs::MutateOptions mo;
+    bool list = false, listSites = false, verifyAfter = false;
+    tv::VerifyOptions vo;
+    for (std::size_t i = 0; i < args.size(); ++i) {
+        const auto& a = args[i];
+        auto value = [&]() -> const std::string* { return i + 1 < args.size() ? &args[++i] : nullptr; };
+        if (a == "--list") {
+            list = true;
+        } else if (a == "--sites") {
+            listSites = true;
+        } else if (a == "--verify") {
+            verifyAfter = true;
+        } else if (a == "--bug" || a == "--at" || a == "-o" || a == "--output" || a == "--json" || a == "--logical" || a == "--parallel") {
+            auto* v = value();
+            if (!v) return usageError(a + " needs a value");
+            (a == "--bug" ? bug : a == "--at" ? mo.at : a == "--json" ? jsonOut : a == "--logical" ? logicalPath : a == "--parallel" ? parallelPath : outPath) = *v;
+        } else if (a == "--rank") {
+            auto* v = value();
+            std::int64_t r = 0;
+            if (!v || !parseCount(*v, r) || r > (1 << 24)) return usageError("--rank needs a rank number");
+            mo.rank = static_cast<std::int32_t>(r);
+        } else if (a == "--jobs") {
+            auto* v = value();
+            double n = 0;
+            if (!v || !parseUnsigned(*v, n) || n < 1 || n > 1024 || n != static_cast<unsigned>(n)) return usageError("--jobs needs a whole number from 1 to 1024");
+            vo.jobs = static_cast<unsigned>(n);
+        } else if (!a.empty() && a[0] == '-' && a != "-") {
+            return usageError("mutate: unknown option " + a);
+        } else if (path.empty()) {
+            path = a;
+        } else {
+            return usageError("mutate takes one plan file");
+        }
+    }
+    if (list) {
+        if (!path.empty() || !bug.empty()) return usageError("mutate --list takes no plan and no --bug");
+        if (jsonOut == "-") {
+            std::cout << tv::bugs::catalogJson().dump(2) << "\n";
+            return 0;
+        }
+        for (const auto& k : tv::bugs::catalog()) {
+            std::string paper = k.paperCase ? " [paper #" + std::to_string(k.paperCase) + "]" : "";
+            std::printf("%-31s %-16s %s%s\n", std::string(k.name).c_str(), std::string(tv::bugs::toString(k.category)).c_str(),
+                        std::string(k.summary).c_str(), paper.c_str());
+        }
+        return 0;
+    }
+    const bool pair = !logicalPath.empty() || !parallelPath.empty();
+    if (pair && (logicalPath.empty() || parallelPath.empty())) return usageError("--logical and --parallel go together");
+    if (pair && !path.empty()) return usageError("mutate takes a plan file or --logical and --parallel, not both");
+    if (!pair && path.empty()) return usageError("mutate needs a plan file (or --list)");
+    if (bug.empty()) return usageError("mutate needs --bug KIND (trainverify mutate --list shows the catalog)");
+    if (!tv::bugs::findBug(bug)) return usageError("unknown bug \"" + bug + "\" (trainverify mutate --list shows the catalog)");
+    if (!listSites && outPath.empty() && !verifyAfter) return usageError("mutate needs -o BUGGY.json (or --verify, or --sites)");
+    if (!jsonOut.empty() && !verifyAfter) return usageError("mutate: --json goes with --verify");
+    tv::nnscaler::PairLoad mapped;
+    auto loaded = pair ? importNnScaler(logicalPath, parallelPath, mapped) : load(path);
+    if (!loaded.plan) {
+        std::cerr << tv::reportToText(loaded.invalid);
+        return 3;
+    }
+    const auto& plan = *loaded.plan;
+    if (listSites) {
+        std::vector<tv::bugs::Site> sites;
+        try {
+            sites = tv::bugs::findSites(plan, bug);
+        } catch (const tv::bugs::MutationError& e) {
+            std::fprintf(stderr, "trainverify: mutate: %s\n", e.what());
+            return 3;
+        }
+        for (const auto& s : sites) {
+            std::string ops;
+            for (std::size_t k = 0; k < s.ops.size(); ++k) ops += (k ? " " : "") + s.ops[k];
+            std::printf("%s\t%s%s\n", ops.c_str(), s.detail.c_str(), s.writtenOut ? " (written out)" : "");
+        }
+        std::fprintf(stderr, "%zu sites of %s\n", sites.size(), bug.c_str());
+        return 0;
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    tv::bugs::Mutant m;
+    try {
+        m = tv::bugs::mutate(plan, bug, mo);
+    } catch (const tv::bugs::MutationError& e) {
+        std::fprintf(stderr, "trainverify: mutate: %s\n", e.what());
+        return 3;
+    }
+    const double mutateSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::string where = m.site.ops.front();
+    std::string ranks;
+    for (std::size_t k = 0; k < m.site.ranks.size(); ++k) ranks += (k ? ", " : "") + std::to_string(m.site.ranks[k]);
+    const bool everyInstance = plan.replication.active() && !m.site.writtenOut;
+    if (!outPath.empty()) {
+        auto text = m.document.dump(1) + "\n";
+        if (!writeOutput(outPath, text)) return 3;
+    }
+    std::fprintf(stderr, "mutated %s: %s at %s (ranks %s%s): %s%s\n", plan.name.empty() ? path.c_str() : plan.name.c_str(), bug.c_str(), where.c_str(), ranks.c_str(),
+                 everyInstance ? "; every replica and microbatch" : "", m.change.c_str(),
+                 outPath.empty() || outPath == "-" ? "" : ("; wrote " + outPath + " (version " + std::to_string(m.document.value("version", 1)) + ")").c_str());
+    if (!m.plan && !m.problems.empty())
+        std::fprintf(stderr, "note: the reader rejects the mutant, so verify reports INVALID: %s\n", m.problems.front().toString().c_str());
+    if (!verifyAfter) return 0;
+    auto t1 = std::chrono::steady_clock::now();
+    tv::VerifyReport report = m.plan ? tv::verifyPlan(*m.plan, vo) : tv::invalidReport(m.problems);
+    const double verifySeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+    std::string why;
+    const bool ok = tv::bugs::caught(m, report, &why);
+    if (jsonOut != "-") std::cout << tv::reportToText(report);
+    std::string line = std::string(ok ? "bug lab: caught" : "bug lab: NOT CAUGHT AS EXPECTED") + ": " + why;
+    (jsonOut == "-" ? std::cerr : std::cout) << line << "\n";
+    if (!jsonOut.empty()) {
+        nlohmann::json j = {{"bug", bug},
+                            {"site", m.site.ops},
+                            {"ranks", m.site.ranks},
+                            {"written_out", m.site.writtenOut},
+                            {"change", m.change},
+                            {"caught", ok},
+                            {"detail", why},
+                            {"mutate_seconds", mutateSeconds},
+                            {"verify_seconds", verifySeconds},
+                            {"report", tv::reportToJson(report)}};
+        if (!writeOutput(jsonOut, j.dump(2) + "\n")) return 3;
+    }
+    return ok ? 0 : 1;
+}
+
 int cmdOps() {
     for (const auto& s : tv::OpRegistry::instance().all()) {
         std::printf("%-24s %s\n", std::string(s.name).c_str(), std::string(s.summary).c_str());
@@ -564,6 +705,7 @@ int main(int argc, char** argv) {
         if (cmd == "ops") return cmdOps();
         if (cmd == "convert") return cmdConvert(rest);
         if (cmd == "generate") return cmdGenerate(rest);
+        if (cmd == "mutate") return cmdMutate(rest);
         return usageError("unknown command " + cmd);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "trainverify: internal error: %s\n", e.what());

@@ -957,7 +957,9 @@ json writeGraph(const Plan& p, const Graph& g, bool parallel) {
 
 }  // namespace
 
-json writePlanJson(const Plan& p) {
+json writePlanJson(const Plan& p) { return writePlanJson(p, p.storedWithRepeats); }
+
+json writePlanJson(const Plan& p, bool findRepeats) {
     json doc = json::object();
     doc["format"] = "trainverify-plan";
     doc["version"] = p.replication.active() ? 2 : 1;  // 3 once the repeats are found, below
@@ -1009,7 +1011,7 @@ json writePlanJson(const Plan& p) {
         lin.push_back(std::move(r));
     }
     doc["lineage"] = std::move(lin);
-    if (p.storedWithRepeats) return compressRepeats(std::move(doc));
+    if (findRepeats) return compressRepeats(std::move(doc));
     return doc;
 }
 

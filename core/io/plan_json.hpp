@@ -33,6 +33,9 @@ PlanLoadResult readPlanJson(const nlohmann::json& doc);
 PlanLoadResult readPlanFile(const std::string& path);
 
 nlohmann::json writePlanJson(const Plan& plan);
+/// The same, finding repeated blocks (version 3) only when `findRepeats`: a document whose
+/// arrays line up one to one with the plan's tensors, ops and lineage records.
+nlohmann::json writePlanJson(const Plan& plan, bool findRepeats);
 std::string writePlanText(const Plan& plan);
 
 }  // namespace tv
