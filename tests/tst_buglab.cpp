@@ -1,0 +1,370 @@
+// The bug lab: every catalog entry, injected into small generated, hand-written and imported
+// plans, is caught (NOT EQUIVALENT, or the reader's shape mismatch) at the edited op and rank
+// or where its broken dataflow first lands; entries apply exactly where a plan has the structure
+// they need; and the mutants keep the input's format.
+#include <QtTest>
+
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "bugs/bug_catalog.hpp"
+#include "generate/generator.hpp"
+#include "io/plan_json.hpp"
+#include "nnscaler/nnscaler_pair.hpp"
+#include "verify/symmetry.hpp"
+#include "verify/verifier.hpp"
+
+using namespace tv;
+using json = nlohmann::json;
+
+namespace {
+
+gen::GenerateOptions llama(int layers, int dp, int tp, int pp, int microbatches) {
+    gen::GenerateOptions o;
+    o.model = "llama3";
+    o.layers = layers;
+    o.hidden = 32;
+    o.heads = 4;
+    o.kvHeads = 2;
+    o.ffn = 32;
+    o.vocab = 32;
+    o.seq = 4;
+    o.dp = dp;
+    o.tp = tp;
+    o.pp = pp;
+    o.microbatches = microbatches;
+    return o;
+}
+
+gen::GenerateOptions deepseek(int dp, bool sp) {
+    gen::GenerateOptions o = llama(2, dp, 2, 1, 1);
+    o.model = "deepseek";
+    o.kvHeads = 4;
+    o.ep = 2;
+    o.sequenceParallel = sp;
+    return o;
+}
+
+std::unique_ptr<Plan> read(const json& doc) {
+    auto res = readPlanJson(doc);
+    if (!res.ok()) {
+        for (const auto& p : res.problems) qWarning("%s", p.toString().c_str());
+        return nullptr;
+    }
+    return std::move(res.plan);
+}
+
+std::unique_ptr<Plan> readFile(const std::string& path) {
+    auto res = readPlanFile(path);
+    if (!res.ok()) qWarning("%s: %s", path.c_str(), res.problems.front().toString().c_str());
+    return std::move(res.plan);
+}
+
+VerifyReport verify(const bugs::Mutant& m) {
+    if (!m.plan) return invalidReport(m.problems);
+    VerifyOptions o;
+    o.jobs = 2;
+    return verifyPlan(*m.plan, o);
+}
+
+struct Base {
+    std::unique_ptr<Plan> plan;
+    std::set<std::string> applies;  ///< the entries with a site in this plan
+    bool exhaustive = true;         ///< false: only the listed entries are tried
+};
+
+std::set<std::string> words(const std::string& s) {
+    std::istringstream in(s);
+    std::set<std::string> out;
+    for (std::string w; in >> w;) out.insert(w);
+    return out;
+}
+
+std::set<std::string> allExcept(const std::string& s) {
+    auto skip = words(s);
+    std::set<std::string> out;
+    for (const auto& k : bugs::catalog())
+        if (!skip.count(std::string(k.name))) out.insert(std::string(k.name));
+    return out;
+}
+
+}  // namespace
+
+class TestBugLab : public QObject {
+    Q_OBJECT
+
+    std::map<std::string, Base> bases_;
+    std::set<std::string> caught_;
+
+    const Plan& base(const std::string& key) {
+        auto it = bases_.find(key);
+        if (it == bases_.end() || !it->second.plan) qFatal("no base plan %s", key.c_str());
+        return *it->second.plan;
+    }
+
+private slots:
+    void initTestCase() {
+        auto generated = [&](const std::string& key, gen::GenerateOptions o, std::set<std::string> applies, bool exhaustive = true) {
+            auto p = read(gen::generatePlan(o));
+            QVERIFY2(p, key.c_str());
+            bases_[key] = Base{std::move(p), std::move(applies), exhaustive};
+        };
+        // The paper's configuration in miniature (dp2 tp2 pp2 nm2), stored with repeats (format 3).
+        generated("llama-dp2-tp2-pp2-nm2", llama(2, 2, 2, 2, 2),
+                  allExcept("cp-loss-overscaled ep-allgather-wrong-group all-to-all-wrong-order zero-shard-wrong-grad"));
+        auto sp = llama(2, 1, 2, 2, 2);
+        sp.sequenceParallel = true;
+        generated("llama-tp2-pp2-nm2-sp", sp,
+                  allExcept("dp-grad-not-averaged dp-grad-averaged-twice cp-loss-overscaled ep-allgather-wrong-group "
+                            "all-to-all-wrong-order zero-shard-wrong-grad"));
+        auto cp = llama(1, 1, 1, 1, 1);
+        cp.cp = 2;
+        generated("llama-cp2", cp,
+                  words("norm-eps-one-rank norm-square-as-identity bwd-grad-sum-duplicated rope-bwd-halves-swapped "
+                        "attn-scale-one-rank cp-loss-overscaled optimizer-unreduced-grad"));
+        auto z1 = llama(1, 2, 1, 1, 1);
+        z1.zero = 1;
+        generated("llama-dp2-zero1", z1,
+                  words("norm-eps-one-rank norm-square-as-identity bwd-grad-sum-duplicated rope-bwd-halves-swapped attn-scale-one-rank "
+                        "dp-grad-not-averaged dp-grad-averaged-twice zero-shard-wrong-grad"));
+        auto z2 = llama(1, 2, 1, 1, 1);
+        z2.zero = 2;
+        generated("llama-dp2-zero2", z2,
+                  words("norm-eps-one-rank norm-square-as-identity bwd-grad-sum-duplicated rope-bwd-halves-swapped attn-scale-one-rank "
+                        "zero-shard-wrong-grad"));
+        generated("deepseek-tp2-ep2-sp", deepseek(1, true), words("all-to-all-wrong-order"), false);
+        generated("deepseek-dp2-tp2-ep2", deepseek(2, false), words("ep-allgather-wrong-group"), false);
+
+        const std::string ex = std::string(TV_SOURCE_DIR) + "/resources/examples/";
+        auto example = [&](const std::string& file, std::set<std::string> applies) {
+            auto p = readFile(ex + file);
+            QVERIFY2(p, file.c_str());
+            bases_[file] = Base{std::move(p), std::move(applies), true};
+        };
+        example("mlp-tp2.json", words("tp-allreduce-identity tp-allreduce-dropped tp-allreduce-as-allgather"));
+        example("mlp-dp2.json", words("dp-grad-not-averaged dp-grad-averaged-twice optimizer-unreduced-grad"));
+        example("mlp-pp2.json", words("reducer-before-last-microbatch grad-accum-missing data-loader-microbatch-offset pp-send-microbatch-swapped"));
+        example("mlp4-dp2-tp2-pp2.json",
+                words("tp-allreduce-identity tp-allreduce-dropped tp-allreduce-as-allgather tp-bwd-allreduce-identity pp-send-crossed "
+                      "reducer-before-last-microbatch dp-grad-not-averaged dp-grad-averaged-twice grad-accum-missing "
+                      "data-loader-microbatch-offset optimizer-unreduced-grad pp-send-microbatch-swapped"));
+
+        // A pair of real nnScaler plans, imported.
+        const std::string nn = std::string(TV_SOURCE_DIR) + "/resources/nnscaler-plans/";
+        auto pair = nnscaler::loadPair(nn + "mlp_mgener_dp1_pp1_tp1_nm1_gbs16_dim1024_ly2.pkl", nn + "mlp_mgener_dp2_pp2_tp2_nm2_gbs16_dim1024_ly2.pkl");
+        QVERIFY(pair.plan);
+        bases_["nnscaler-mlp-dp2-pp2-tp2"] =
+            Base{std::move(pair.plan),
+                 words("pp-recv-collective-swapped pp-send-crossed reducer-before-last-microbatch ep-allgather-wrong-group "
+                       "grad-accum-missing data-loader-microbatch-offset"),
+                 true};
+    }
+
+    void catalogHasThePapersCasesAndMore() {
+        const auto& c = bugs::catalog();
+        QVERIFY(c.size() >= 24);
+        std::set<int> paper;
+        std::set<std::string> names;
+        for (const auto& k : c) {
+            QVERIFY2(names.insert(std::string(k.name)).second, "names are unique");
+            QVERIFY(k.summary.size() > 20);
+            if (k.paperCase) QVERIFY2(paper.insert(k.paperCase).second, "each paper case once");
+        }
+        QCOMPARE(paper.size(), std::size_t(14));
+        QCOMPARE(*paper.begin(), 1);
+        QCOMPARE(*paper.rbegin(), 14);
+        for (const char* extra : {"dp-grad-not-averaged", "dp-grad-averaged-twice", "sp-norm-grad-not-reduced", "cp-loss-overscaled",
+                                  "ep-allgather-wrong-group", "all-to-all-wrong-order", "zero-shard-wrong-grad", "grad-accum-missing",
+                                  "data-loader-microbatch-offset", "optimizer-unreduced-grad", "vocab-ce-max-not-reduced"})
+            QVERIFY2(bugs::findBug(extra), extra);
+        QCOMPARE(bugs::catalogJson().size(), c.size());
+    }
+
+    // Every entry on every base plan: it applies exactly where the plan has its structure, and
+    // then the verifier catches it where it should.
+    void everyMutantIsCaught_data() {
+        QTest::addColumn<QString>("plan");
+        QTest::addColumn<QString>("bug");
+        QTest::addColumn<bool>("applies");
+        for (const auto& [key, b] : bases_)
+            for (const auto& k : bugs::catalog()) {
+                const std::string name(k.name);
+                const bool applies = b.applies.count(name) > 0;
+                if (!b.exhaustive && !applies) continue;
+                QTest::newRow((key + "/" + name).c_str()) << QString::fromStdString(key) << QString::fromStdString(name) << applies;
+            }
+    }
+    void everyMutantIsCaught() {
+        QFETCH(QString, plan);
+        QFETCH(QString, bug);
+        QFETCH(bool, applies);
+        const auto& p = base(plan.toStdString());
+        bugs::Mutant m;
+        try {
+            m = bugs::mutate(p, bug.toStdString());
+        } catch (const bugs::MutationError& e) {
+            QVERIFY2(!applies, e.what());
+            QVERIFY2(std::string(e.what()).find("does not apply") != std::string::npos, e.what());
+            return;
+        }
+        QVERIFY2(applies, ("applies, at " + m.site.ops.front() + ", but the table says it should not").c_str());
+        QVERIFY(!m.change.empty());
+        QVERIFY(!m.site.ranks.empty());
+        const auto report = verify(m);
+        QVERIFY(report.verdict != Verdict::Equivalent);
+        std::string why;
+        QVERIFY2(bugs::caught(m, report, &why), (m.change + ": " + why).c_str());
+        caught_.insert(bug.toStdString());
+    }
+
+    void everyEntryIsCaughtSomewhere() {
+        for (const auto& k : bugs::catalog()) QVERIFY2(caught_.count(std::string(k.name)), std::string(k.name).c_str());
+    }
+
+    // The mutation only changes what it says: with x.pow(2) the written-out RMSNorm is the same
+    // function, and the plan verifies EQUIVALENT.
+    void rmsnormWrittenOutWithTheRightExponentIsEquivalent() {
+        auto m = bugs::mutate(base("llama-dp2-tp2-pp2-nm2"), "norm-square-as-identity");
+        auto doc = writePlanJson(*m.plan, false);
+        int changed = 0;
+        for (auto& op : doc["parallel"]["ops"])
+            if (op["op"] == "pow" && op["attrs"]["exponent"] == 1) {
+                op["attrs"]["exponent"] = 2;
+                ++changed;
+            }
+        QCOMPARE(changed, 1);
+        auto fixed = read(doc);
+        QVERIFY(fixed);
+        QVERIFY(verifyPlan(*fixed, {}).verdict == Verdict::Equivalent);
+    }
+
+    // Crossing the tensor-parallel peers of a stage-boundary send is harmless when they carry
+    // partial sums that are summed next: the verifier proves it, and the catalog offers only
+    // sends whose payloads differ (here: the two replicas').
+    void crossingPartialSumSendsIsHarmlessAndNotOffered() {
+        const auto& p = base("llama-dp2-tp2-pp2-nm2");
+        for (const auto& s : bugs::findSites(p, "pp-send-crossed")) QVERIFY2(s.writtenOut, s.ops.front().c_str());
+        auto doc = writePlanJson(p, false);
+        json* a = nullptr;
+        json* b = nullptr;
+        for (auto& op : doc["parallel"]["ops"]) {
+            if (op["op"] != "send_recv" || op.contains("phase")) continue;
+            if (op["group"] == json::array({0, 2})) a = &op;
+            if (op["group"] == json::array({1, 3})) b = &op;
+        }
+        QVERIFY(a && b);
+        std::swap((*a)["group"][1], (*b)["group"][1]);
+        std::swap((*a)["outputs"], (*b)["outputs"]);
+        auto crossed = read(doc);
+        QVERIFY(crossed);
+        QVERIFY(verifyPlan(*crossed, {}).verdict == Verdict::Equivalent);
+    }
+
+    // Mutating the bundled correct examples reproduces their buggy twins' diagnoses.
+    void mutantsMatchTheBundledBuggyTwins_data() {
+        QTest::addColumn<QString>("plan");
+        QTest::addColumn<QString>("bug");
+        QTest::addColumn<QString>("twin");
+        QTest::addColumn<bool>("sameOp");  // false: the twin deletes the all-reduce, the mutant keeps identities in its place
+        QTest::newRow("tp") << "mlp-tp2.json" << "tp-allreduce-identity" << "mlp-tp2-missing-allreduce.json" << false;
+        QTest::newRow("dp") << "mlp-dp2.json" << "dp-grad-not-averaged" << "mlp-dp2-missing-average.json" << true;
+        QTest::newRow("pp") << "mlp-pp2.json" << "pp-send-microbatch-swapped" << "mlp-pp2-crossed-sendrecv.json" << true;
+    }
+    void mutantsMatchTheBundledBuggyTwins() {
+        QFETCH(QString, plan);
+        QFETCH(QString, bug);
+        QFETCH(QString, twin);
+        QFETCH(bool, sameOp);
+        auto m = bugs::mutate(base(plan.toStdString()), bug.toStdString());
+        const auto report = verify(m);
+        QVERIFY(bugs::caught(m, report));
+        auto t = readFile(std::string(TV_SOURCE_DIR) + "/resources/examples/" + twin.toStdString());
+        QVERIFY(t);
+        const auto& f = t->expect["failure"];
+        QCOMPARE(std::string(toString(report.verdict)), t->expect["verdict"].get<std::string>());
+        QCOMPARE(std::string(toString(report.failure->kind)), f["kind"].get<std::string>());
+        if (!sameOp) return;
+        if (f.contains("parallel_op")) QCOMPARE(report.failure->parallelOp, f["parallel_op"].get<std::string>());
+        if (f.contains("rank")) QCOMPARE(report.failure->rank, f["rank"].get<int>());
+    }
+
+    // --at and --rank choose the site; a rank of another replica writes the plan out so that only
+    // that instance is wrong.
+    void atAndRankChooseTheSite() {
+        const auto& p = base("llama-dp2-tp2-pp2-nm2");
+        auto sites = bugs::findSites(p, "norm-eps-one-rank");
+        QVERIFY(sites.size() > 4);
+        bugs::MutateOptions o;
+        o.at = sites[3].ops[0];
+        auto m = bugs::mutate(p, "norm-eps-one-rank", o);
+        QCOMPARE(m.site.ops[0], o.at);
+        QVERIFY(!m.site.writtenOut);
+        QVERIFY(bugs::caught(m, verify(m)));
+
+        bugs::MutateOptions r;
+        r.rank = 5;  // replica 1's copy of rank 1
+        auto one = bugs::mutate(p, "norm-eps-one-rank", r);
+        QVERIFY(one.site.writtenOut);
+        QCOMPARE(one.site.ranks, std::vector<std::int32_t>{5});
+        QVERIFY(one.site.ops[0].find("~dp1") != std::string::npos);
+        const auto report = verify(one);
+        std::string why;
+        QVERIFY2(bugs::caught(one, report, &why), why.c_str());
+        QCOMPARE(report.failure->rank, 5);
+    }
+
+    void badRequestsAreRefusedWithAReason_data() {
+        QTest::addColumn<QString>("bug");
+        QTest::addColumn<QString>("at");
+        QTest::addColumn<int>("rank");
+        QTest::addColumn<QString>("message");
+        QTest::newRow("unknown bug") << "no-such-bug" << "" << -1 << "unknown bug \"no-such-bug\"";
+        QTest::newRow("no such op") << "norm-eps-one-rank" << "nope@r0" << -1 << "no parallel op has this id";
+        QTest::newRow("op is not a site") << "norm-eps-one-rank" << "layers.0.attention.wq@r0" << -1 << "is not a site of bug";
+        QTest::newRow("rank not on a site") << "tp-allreduce-identity" << "" << 99 << "no site of bug";
+        QTest::newRow("op and rank disagree") << "norm-eps-one-rank" << "layers.0.attention_norm@r0" << 1 << "the op runs on ranks 0";
+        QTest::newRow("missing structure") << "cp-loss-overscaled" << "" << -1 << "needs context parallelism";
+    }
+    void badRequestsAreRefusedWithAReason() {
+        QFETCH(QString, bug);
+        QFETCH(QString, at);
+        QFETCH(int, rank);
+        QFETCH(QString, message);
+        bugs::MutateOptions o;
+        o.at = at.toStdString();
+        o.rank = rank;
+        try {
+            bugs::mutate(base("llama-dp2-tp2-pp2-nm2"), bug.toStdString(), o);
+        } catch (const bugs::MutationError& e) {
+            QVERIFY2(std::string(e.what()).find(message.toStdString()) != std::string::npos, e.what());
+            return;
+        }
+        QFAIL("mutate accepted it");
+    }
+
+    // A plan stored with repeats gives a mutant stored with repeats; reading the written file
+    // back gives the mutant.
+    void mutantsKeepTheFormat() {
+        const auto& p = base("llama-dp2-tp2-pp2-nm2");
+        QVERIFY(p.storedWithRepeats);
+        for (const char* bug : {"norm-eps-one-rank", "reducer-before-last-microbatch"}) {
+            auto m = bugs::mutate(p, bug);
+            QCOMPARE(m.document["version"].get<int>(), 3);
+            auto again = read(m.document);
+            QVERIFY(again);
+            QCOMPARE(again->parallel.ops.size(), m.plan->parallel.ops.size());
+            QCOMPARE(again->expect["bug"]["kind"].get<std::string>(), std::string(bug));
+            QVERIFY(verify(m).verdict == verifyPlan(*again, {}).verdict);
+        }
+        auto m = bugs::mutate(base("mlp-tp2.json"), "tp-allreduce-as-allgather");
+        QVERIFY(!m.plan);
+        QVERIFY(!m.problems.empty());
+        QCOMPARE(m.document["version"].get<int>(), 1);
+        QVERIFY(!readPlanJson(m.document).ok());
+    }
+};
+
+QTEST_GUILESS_MAIN(TestBugLab)
+#include "tst_buglab.moc"
