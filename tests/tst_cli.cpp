@@ -230,6 +230,63 @@ private slots:
         QVERIFY(!QFile::exists(tmp.filePath("x.json")));
     }
 
+    // mutate: the catalog, a mutant written and caught, --sites, --verify with its JSON outcome,
+    // and refusals (exit 3, nothing written).
+    void mutateCommand() {
+        auto list = trainverify({"mutate", "--list"});
+        QCOMPARE(list.exitCode, 0);
+        const auto lines = list.out.trimmed().split('\n');
+        QCOMPARE(lines.size(), 26);
+        QCOMPARE(list.out.count("[paper #"), 14);
+        QVERIFY2(list.out.contains("tp-allreduce-identity") && list.out.contains("vocab-ce-max-not-reduced"), qPrintable(list.out));
+        auto listJson = QJsonDocument::fromJson(trainverify({"mutate", "--list", "--json", "-"}).out.toUtf8()).array();
+        QCOMPARE(listJson.size(), 26);
+        QCOMPARE(listJson[0].toObject()["paper_case"].toInt(), 1);
+
+        QTemporaryDir tmp;
+        const QString plan = QStringLiteral(TV_SOURCE_DIR "/resources/examples/mlp4-dp2-tp2-pp2.json");
+        const QString out = tmp.filePath("buggy.json");
+        auto m = trainverify({"mutate", plan, "--bug", "dp-grad-not-averaged", "-o", out});
+        QCOMPARE(m.exitCode, 0);
+        QVERIFY2(m.err.contains("mutated") && m.err.contains("sums the replicas' gradients"), qPrintable(m.err));
+        auto v = trainverify({"verify", out});
+        QCOMPARE(v.exitCode, 1);
+        QVERIFY2(v.out.startsWith("NOT EQUIVALENT"), qPrintable(v.out));
+
+        auto sites = trainverify({"mutate", plan, "--bug", "tp-allreduce-identity", "--sites"});
+        QCOMPARE(sites.exitCode, 0);
+        QVERIFY2(sites.out.count('\n') >= 2 && sites.err.contains("sites of tp-allreduce-identity"), qPrintable(sites.out + sites.err));
+        const QString at = sites.out.split('\n')[1].split('\t')[0];
+        auto chosen = trainverify({"mutate", plan, "--bug", "tp-allreduce-identity", "--at", at, "--verify", "--json", "-"});
+        QCOMPARE(chosen.exitCode, 0);
+        auto j = QJsonDocument::fromJson(chosen.out.toUtf8()).object();
+        QVERIFY(j["caught"].toBool());
+        QCOMPARE(j["site"].toArray()[0].toString(), at);
+        QCOMPARE(j["report"].toObject()["verdict"].toString(), QStringLiteral("not_equivalent"));
+
+        const QString never = tmp.filePath("never.json");
+        struct Bad {
+            QStringList args;
+            const char* message;
+        };
+        const Bad bad[] = {
+            {{"mutate", plan, "--bug", "nope", "-o", never}, "unknown bug \"nope\""},
+            {{"mutate", plan, "--bug", "cp-loss-overscaled", "-o", never}, "needs context parallelism"},
+            {{"mutate", plan, "--bug", "norm-eps-one-rank", "-o", never}, "no rmsnorm or layernorm"},
+            {{"mutate", plan, "--bug", "tp-allreduce-identity", "--at", "nope", "-o", never}, "no parallel op has this id"},
+            {{"mutate", plan, "--bug", "tp-allreduce-identity", "--rank", "x", "-o", never}, "--rank needs a rank number"},
+            {{"mutate", plan, "--bug", "tp-allreduce-identity"}, "mutate needs -o BUGGY.json"},
+            {{"mutate", plan, "-o", never}, "mutate needs --bug KIND"},
+            {{"mutate", tmp.filePath("missing.json"), "--bug", "tp-allreduce-identity", "-o", never}, "cannot open file"},
+        };
+        for (const auto& b : bad) {
+            auto r = trainverify(b.args);
+            QCOMPARE(r.exitCode, 3);
+            QVERIFY2((r.out + r.err).contains(b.message), qPrintable(b.args.join(' ') + ": " + r.out + r.err));
+            QVERIFY(!QFile::exists(never));
+        }
+    }
+
     // generate writes a plan that verifies, and --verify exits with the verdict's code.
     void generateThenVerify() {
         QTemporaryDir dir;
