@@ -647,6 +647,9 @@ int cmdMutate(const std::vector<std::string>& args) {
     std::fprintf(stderr, "mutated %s: %s at %s (ranks %s%s): %s%s\n", plan.name.empty() ? path.c_str() : plan.name.c_str(), bug.c_str(), where.c_str(), ranks.c_str(),
                  everyInstance ? "; every replica and microbatch" : "", m.change.c_str(),
                  outPath.empty() || outPath == "-" ? "" : ("; wrote " + outPath + " (version " + std::to_string(m.document.value("version", 1)) + ")").c_str());
+    if (plan.expect.is_object() && plan.expect.value("verdict", "equivalent") != "equivalent")
+        std::fprintf(stderr, "note: the plan is expected to be %s already; the verifier may report its own bug first\n",
+                     plan.expect.value("verdict", "").c_str());
     if (!m.plan && !m.problems.empty())
         std::fprintf(stderr, "note: the reader rejects the mutant, so verify reports INVALID: %s\n", m.problems.front().toString().c_str());
     if (!verifyAfter) return 0;
