@@ -36,7 +36,7 @@ Usage:
                        [--clip-grad NORM] [--format 1|2|3] [--verify] -o PLAN.json
   trainverify mutate PLAN.json --bug KIND [--at OP] [--rank R] -o BUGGY.json [--verify [--jobs N] [--json FILE|-]]
   trainverify mutate PLAN.json --bug KIND --sites
-  trainverify mutate --list [--json]
+  trainverify mutate --list [--json FILE|-]
   trainverify ops
   trainverify --help | --version
 
@@ -583,12 +583,10 @@ int cmdMutate(const std::vector<std::string>& args) {
             return usageError("mutate takes one plan file");
         }
     }
+    const bool pairGiven = !logicalPath.empty() || !parallelPath.empty();
     if (list) {
-        if (!path.empty() || !bug.empty()) return usageError("mutate --list takes no plan and no --bug");
-        if (jsonOut == "-") {
-            std::cout << tv::bugs::catalogJson().dump(2) << "\n";
-            return 0;
-        }
+        if (!path.empty() || !bug.empty() || pairGiven) return usageError("mutate --list takes no plan and no --bug");
+        if (!jsonOut.empty()) return writeOutput(jsonOut, tv::bugs::catalogJson().dump(2) + "\n") ? 0 : 3;
         for (const auto& k : tv::bugs::catalog()) {
             std::string paper = k.paperCase ? " [paper #" + std::to_string(k.paperCase) + "]" : "";
             std::printf("%-31s %-16s %s%s\n", std::string(k.name).c_str(), std::string(tv::bugs::toString(k.category)).c_str(),
@@ -603,7 +601,7 @@ int cmdMutate(const std::vector<std::string>& args) {
     if (bug.empty()) return usageError("mutate needs --bug KIND (trainverify mutate --list shows the catalog)");
     if (!tv::bugs::findBug(bug)) return usageError("unknown bug \"" + bug + "\" (trainverify mutate --list shows the catalog)");
     if (!listSites && outPath.empty() && !verifyAfter) return usageError("mutate needs -o BUGGY.json (or --verify, or --sites)");
-    if (!jsonOut.empty() && !verifyAfter) return usageError("mutate: --json goes with --verify");
+    if (!jsonOut.empty() && !verifyAfter) return usageError("mutate: --json goes with --verify (or --list)");
     tv::nnscaler::PairLoad mapped;
     auto loaded = pair ? importNnScaler(logicalPath, parallelPath, mapped) : load(path);
     if (!loaded.plan) {
