@@ -2,6 +2,8 @@
 // expect block states, with any number of worker threads; structural failures are diagnosed.
 #include <QtTest>
 
+#include <mutex>
+
 #include <filesystem>
 #include <fstream>
 
@@ -245,6 +247,63 @@ private slots:
         QCOMPARE(QString::fromStdString(r.failure->parallelOp), QString("fc2_allreduce_2.mb1.dp1.pp1"));
         QCOMPARE(r.failure->microbatch, 1);
         QCOMPARE(r.failure->coordinates["dp"].get<int>(), 1);
+    }
+
+    // A stage's key names its attributes by content: two plans that differ only in a constant
+    // (numbered alike) have different keys where the constant is used and equal keys elsewhere.
+    void structuralKeysCompareAttributesByContent() {
+        auto a = loadJson("mlp-dp2.json");
+        auto b = a;
+        int changed = 0;
+        for (const char* g : {"logical", "parallel"})
+            for (auto& op : b[g]["ops"])
+                if (op["op"] == "sgd") {
+                    op["attrs"]["lr"] = "1/5";
+                    ++changed;
+                }
+        QVERIFY(changed >= 4);
+        auto pa = loadPlan(a), pb = loadPlan(b);
+        const auto sa = cutStages(*pa), sb = cutStages(*pb);
+        QCOMPARE(sa.stages.size(), sb.stages.size());
+        int differ = 0, same = 0;
+        for (std::size_t i = 0; i < sa.stages.size(); ++i) {
+            bool usesSgd = false;
+            for (auto op : sa.stages[i].parallelOps) {
+                usesSgd = usesSgd || pa->opName(pa->parallel, op).rfind("sgd", 0) == 0;
+                QCOMPARE(pa->parallel.ops[op].attrs, pb->parallel.ops[op].attrs);  // numbered alike
+            }
+            const bool equal = structuralKey(*pa, sa.stages[i]) == structuralKey(*pb, sb.stages[i]);
+            QCOMPARE(equal, !usesSgd);
+            (equal ? same : differ)++;
+        }
+        QVERIFY(differ >= 2);
+        QVERIFY(same >= 2);
+    }
+
+    // Every stage the pool checks is announced before its result; the others (isomorphic to a
+    // proven one) are not started.
+    void stagesAreStartedBeforeTheyFinish() {
+        auto plan = loadPlan(loadJson("mlp4-dp2-tp2-pp2.json"));
+        VerifyOptions o;
+        o.jobs = 2;
+        std::mutex m;
+        std::vector<int> started, finished;
+        bool finishedUnstarted = false;
+        o.onStageStart = [&](std::uint32_t s) {
+            std::lock_guard lock(m);
+            started.push_back(static_cast<int>(s));
+        };
+        o.onStageDone = [&](const StageResult& r) {
+            std::lock_guard lock(m);
+            if (r.sameAs == kNone && std::count(started.begin(), started.end(), static_cast<int>(r.stage)) != 1) finishedUnstarted = true;
+            finished.push_back(static_cast<int>(r.stage));
+        };
+        auto r = verifyPlan(*plan, o);
+        QVERIFY(r.verdict == Verdict::Equivalent);
+        QVERIFY(!finishedUnstarted);
+        QCOMPARE(finished.size(), r.results.size());
+        QCOMPARE(started.size(), static_cast<std::size_t>(r.uniqueStages));
+        QVERIFY(started.size() < finished.size());
     }
 
     void cancelStopsTheRun() {

@@ -130,6 +130,7 @@ AttrId Plan::internAttrs(const nlohmann::json& a) {
     if (auto it = attrIds_.find(key); it != attrIds_.end()) return it->second;
     auto id = static_cast<AttrId>(attrs.size());
     attrs.push_back(a);
+    attrTexts_.push_back(key);
     attrIds_.emplace(std::move(key), id);
     return id;
 }

@@ -235,6 +235,8 @@ public:
 
     const Shape& shape(const Graph& g, TensorId t) const { return shapes[g.tensors[t].shape]; }
     const nlohmann::json& opAttrs(const Graph& g, OpId op) const;
+    /// An attribute set's canonical text: equal texts mean equal attributes, in any plan.
+    const std::string& attrText(AttrId id) const { return attrTexts_[id]; }
     const std::string& tensorName(const Graph& g, TensorId t) const { return names.str(g.tensors[t].name); }
     const std::string& opName(const Graph& g, OpId op) const { return names.str(g.ops[op].name); }
     /// "dp=0 tp=1 pp=0" for the axes with degree > 1 (all three classic axes always shown).
@@ -244,6 +246,7 @@ public:
 private:
     std::unordered_map<std::string, ShapeId> shapeIds_;
     std::unordered_map<std::string, AttrId> attrIds_;
+    std::vector<std::string> attrTexts_;  ///< per attribute set, its canonical text
     std::unordered_map<std::string, std::uint32_t> groupIds_;
 };
 

@@ -267,7 +267,10 @@ std::string structuralKey(const Plan& plan, const Stage& stage) {
         for (auto op : list) {
             key += tag;
             num(g.ops[op].kind);
-            num(g.ops[op].attrs == kNone ? -1 : static_cast<std::int64_t>(g.ops[op].attrs));
+            // By content, not by id: ids are numbered per plan, so a key stays the same
+            // obligation across plans (a proof cache that outlives a reload relies on it).
+            if (g.ops[op].attrs != kNone) key += plan.attrText(g.ops[op].attrs);
+            key += ',';
             if (g.ops[op].acrossReplicas) key += 'X';
             if (g.ops[op].indexFromReplica) key += 'K';
             if (g.ops[op].acrossMicrobatches) key += 'M';

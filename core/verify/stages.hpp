@@ -40,7 +40,7 @@ StagePlan cutStages(const Plan& plan, const std::vector<bool>* assumed = nullptr
 /// operand structure on both sides, tensor shapes and dtypes, the lineage boxes, terms and
 /// coefficients of its records), with tensors renamed by first appearance. Two stages with the
 /// same key are the same proof obligation up to renaming: the same layer on another rank,
-/// replica, microbatch or depth.
+/// replica, microbatch or depth. Attributes enter by content, so keys compare across plans.
 std::string structuralKey(const Plan& plan, const Stage& stage);
 
 }  // namespace tv

@@ -125,6 +125,7 @@ VerifyReport VerificationRun::run() {
                     rep.results[job.slot].status = StageStatus::Skipped;
                     continue;
                 }
+                if (opts_.onStageStart) opts_.onStageStart(job.slot);
                 auto r = checkStage(*job.plan, *job.stage, opts_.check, &local);
                 if (cancelled_.load() && r.status == StageStatus::Inconclusive) r.status = StageStatus::Skipped;
                 finish(job.slot, std::move(r));

@@ -56,6 +56,9 @@ struct VerifyOptions {
     bool reuseIsomorphic = true;
     /// Called from worker threads as each stage finishes (must be thread-safe).
     std::function<void(const StageResult&)> onStageDone;
+    /// Called from a worker thread just before it checks a stage (must be thread-safe). Stages
+    /// decided without a check (isomorphic to a proven one, or failed while cutting) are not started.
+    std::function<void(std::uint32_t stage)> onStageStart;
 };
 
 /// One verification run; cancel() may be called from any thread.
