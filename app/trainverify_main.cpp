@@ -19,6 +19,7 @@
 #include "pickle/pickle.hpp"
 #include "verify/symmetry.hpp"
 #include "ops/registry.hpp"
+#include "verify/report_html.hpp"
 #include "verify/verifier.hpp"
 
 namespace {
@@ -26,7 +27,7 @@ namespace {
 constexpr const char* kUsage = R"(trainverify - proves a distributed training plan computes what the single-device step computes
 
 Usage:
-  trainverify verify PLAN.json [--jobs N] [--timeout SECONDS] [--json REPORT.json|-] [--stats] [--no-reduce] [--no-reuse]
+  trainverify verify PLAN.json [--jobs N] [--timeout SECONDS] [--json REPORT.json|-] [--html REPORT.html] [--stats] [--no-reduce] [--no-reuse]
   trainverify verify --logical Gs.pkl --parallel Gp.pkl [same options]
   trainverify convert --logical Gs.pkl --parallel Gp.pkl -o PLAN.json
   trainverify inspect PLAN.json|PLAN.pkl [--json]
@@ -46,6 +47,7 @@ verify   Cuts the plan into stages from its lineage, reduces shapes, checks ever
            --jobs N          worker threads (default: one per hardware thread)
            --timeout S       per-query solver timeout in seconds (default 60; 0 = none)
            --json FILE       also write the JSON report to FILE ("-": standard output only)
+           --html FILE       also write the report as one self-contained HTML page
            --stats           print time per phase, stages per second and peak memory
            --no-reduce       check every stage at full shapes (slow; for cross-checking)
            --no-reuse        check every stage, even those isomorphic to a proven one
@@ -129,8 +131,10 @@ bool parseUnsigned(const std::string& s, double& out) {
     }
 }
 
+bool writeOutput(const std::string& path, const std::string& text);
+
 int cmdVerify(const std::vector<std::string>& args) {
-    std::string path, jsonOut, logicalPath, parallelPath;
+    std::string path, jsonOut, htmlOut, logicalPath, parallelPath;
     tv::VerifyOptions opts;
     bool stats = false;
     for (std::size_t i = 0; i < args.size(); ++i) {
@@ -154,6 +158,10 @@ int cmdVerify(const std::vector<std::string>& args) {
             auto* v = value("--json");
             if (!v) return usageError("--json needs a file name or -");
             jsonOut = *v;
+        } else if (a == "--html") {
+            auto* v = value("--html");
+            if (!v || *v == "-") return usageError("--html needs a file name");
+            htmlOut = *v;
         } else if (a == "--stats") {
             stats = true;
         } else if (a == "--no-reuse") {
@@ -199,6 +207,12 @@ int cmdVerify(const std::vector<std::string>& args) {
             }
             f << json.dump(2) << "\n";
         }
+    }
+    if (!htmlOut.empty()) {
+        tv::HtmlReportOptions ho;
+        ho.title = loaded.plan && !loaded.plan->name.empty() ? loaded.plan->name : path;
+        ho.planFile = path;
+        if (!writeOutput(htmlOut, tv::reportToHtml(report, ho))) return 3;
     }
     return tv::exitCode(report.verdict);
 }

@@ -230,6 +230,21 @@ private slots:
         QVERIFY(!QFile::exists(tmp.filePath("x.json")));
     }
 
+    // verify --html writes one self-contained page with the verdict and the failing op.
+    void verifyWritesAnHtmlReport() {
+        QTemporaryDir tmp;
+        const QString html = tmp.filePath("r.html");
+        auto r = trainverify({"verify", QStringLiteral(TV_SOURCE_DIR "/resources/examples/mlp-tp2-missing-allreduce.json"), "--html", html});
+        QCOMPARE(r.exitCode, 1);
+        QFile f(html);
+        QVERIFY(f.open(QIODevice::ReadOnly));
+        const QString text = QString::fromUtf8(f.readAll());
+        QVERIFY(text.startsWith("<!DOCTYPE html>"));
+        QVERIFY(text.contains("NOT EQUIVALENT") && text.contains("fc2@r0"));
+        QVERIFY(!text.contains("<script"));
+        QCOMPARE(trainverify({"verify", QStringLiteral(TV_SOURCE_DIR "/resources/examples/mlp-tp2.json"), "--html"}).exitCode, 3);
+    }
+
     // mutate: the catalog, a mutant written and caught, --sites, --verify with its JSON outcome,
     // and refusals (exit 3, nothing written).
     void mutateCommand() {

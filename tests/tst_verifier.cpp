@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "io/plan_json.hpp"
+#include "verify/report_html.hpp"
 #include "verify/verifier.hpp"
 
 using namespace tv;
@@ -304,6 +305,39 @@ private slots:
         QCOMPARE(finished.size(), r.results.size());
         QCOMPARE(started.size(), static_cast<std::size_t>(r.uniqueStages));
         QVERIFY(started.size() < finished.size());
+    }
+
+    // The HTML report is one page with everything inline: the verdict, the diagnosis with its
+    // values, and a row per stage; text is escaped.
+    void htmlReportIsSelfContained() {
+        QCOMPARE(htmlEscape("a<b & \"c\" 'd'>"), std::string("a&lt;b &amp; &quot;c&quot; &#39;d&#39;&gt;"));
+        auto plan = loadPlan(loadJson("mlp-tp2-missing-allreduce.json"));
+        auto r = verify(*plan, 2);
+        QVERIFY(r.failure);
+        HtmlReportOptions o;
+        o.title = "mlp <tp2>";
+        auto html = reportToHtml(r, o);
+        QVERIFY(html.rfind("<!DOCTYPE html>", 0) == 0);
+        QVERIFY(html.find("<title>mlp &lt;tp2&gt;</title>") != std::string::npos);
+        QVERIFY(html.find("NOT EQUIVALENT") != std::string::npos);
+        QVERIFY(html.find(r.failure->parallelOp) != std::string::npos);
+        QVERIFY(html.find(r.failure->expected) != std::string::npos);
+        std::size_t rows = 0;
+        for (auto p = html.find("<tr class=\"stage "); p != std::string::npos; p = html.find("<tr class=\"stage ", p + 1)) ++rows;
+        QCOMPARE(rows, r.results.size());
+        for (const char* external : {"<script", "src=", "href=", "@import", "url("}) QVERIFY2(html.find(external) == std::string::npos, external);
+        // With many stages the proven ones fold away, and every stage still has its row.
+        o.foldAbove = 2;
+        auto folded = reportToHtml(r, o);
+        QVERIFY(folded.find("<details><summary>") != std::string::npos);
+        std::size_t foldedRows = 0;
+        for (auto p = folded.find("<tr class=\"stage "); p != std::string::npos; p = folded.find("<tr class=\"stage ", p + 1)) ++foldedRows;
+        QCOMPARE(foldedRows, r.results.size());
+        QVERIFY(folded.find("<tr class=\"stage failed\">") < folded.find("<details>"));
+        // An invalid plan lists its problems.
+        auto invalid = reportToHtml(invalidReport({{"/parallel/ops/0", "op \"x<y\" is wrong"}}));
+        QVERIFY(invalid.find("op &quot;x&lt;y&quot; is wrong") != std::string::npos);
+        QVERIFY(invalid.find("verdict invalid") != std::string::npos);
     }
 
     void cancelStopsTheRun() {
