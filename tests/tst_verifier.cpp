@@ -6,10 +6,12 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "io/plan_json.hpp"
 #include "verify/report_html.hpp"
 #include "verify/verifier.hpp"
+#include "verify/symmetry.hpp"
 
 using namespace tv;
 using json = nlohmann::json;
@@ -305,6 +307,86 @@ private slots:
         QCOMPARE(finished.size(), r.results.size());
         QCOMPARE(started.size(), static_cast<std::size_t>(r.uniqueStages));
         QVERIFY(started.size() < finished.size());
+    }
+
+    // A proof cache kept across runs: a second run of the same plan checks nothing; after an edit
+    // only the stages whose obligation changed are checked again, and the verdict and diagnosis
+    // are those of a run without the cache. Failures are never cached.
+    void proofCacheReprovesOnlyChangedStages_data() {
+        QTest::addColumn<QString>("first");
+        QTest::addColumn<QString>("second");
+        QTest::addColumn<QString>("edit");  // "lr": change every sgd's learning rate in the second plan
+        QTest::newRow("unchanged") << "mlp-dp2.json" << "mlp-dp2.json" << "";
+        QTest::newRow("lr changed") << "mlp-dp2.json" << "mlp-dp2.json" << "lr";
+        QTest::newRow("stored, unchanged") << "llama3-l4-dp2-tp2-pp2-nm2-repeats.json" << "llama3-l4-dp2-tp2-pp2-nm2-repeats.json" << "";
+        QTest::newRow("stored lanes, unchanged") << "mlp-dp2-pp2-nm4-lanes.json" << "mlp-dp2-pp2-nm4-lanes.json" << "";
+        QTest::newRow("all-reduce removed") << "mlp-tp2.json" << "mlp-tp2-missing-allreduce.json" << "";
+        QTest::newRow("average removed") << "mlp-dp2.json" << "mlp-dp2-missing-average.json" << "";
+    }
+    void proofCacheReprovesOnlyChangedStages() {
+        QFETCH(QString, first);
+        QFETCH(QString, second);
+        QFETCH(QString, edit);
+        auto a = loadPlan(loadJson(first.toStdString()));
+        auto doc = loadJson(second.toStdString());
+        if (edit == "lr")
+            for (const char* g : {"logical", "parallel"})
+                for (auto& op : doc[g]["ops"])
+                    if (op["op"] == "sgd") op["attrs"]["lr"] = "1/7";
+        auto b = loadPlan(doc);
+        ProofCache cache;
+        VerifyOptions o;
+        o.jobs = 2;
+        o.proofs = &cache;
+        auto r1 = verifyPlan(*a, o);
+        QVERIFY(r1.verdict == Verdict::Equivalent);
+        QCOMPARE(r1.cachedStages, 0u);
+        QVERIFY(cache.size() > 0);
+        QVERIFY(cache.size() <= r1.results.size());
+
+        std::atomic<int> started{0};
+        o.onStageStart = [&](std::uint32_t) { ++started; };
+        auto r2 = verifyPlan(*b, o);
+        auto plain = verify(*b, 2);
+        QCOMPARE(toString(r2.verdict), toString(plain.verdict));
+        QCOMPARE(r2.results.size(), plain.results.size());
+        QCOMPARE(bool(r2.failure), bool(plain.failure));
+        if (plain.failure) {
+            QCOMPARE(r2.failure->parallelOp, plain.failure->parallelOp);
+            QCOMPARE(r2.failure->rank, plain.failure->rank);
+            QCOMPARE(toString(r2.failure->kind), toString(plain.failure->kind));
+        }
+        // Exactly the stages whose proof key is not among the first plan's are checked.
+        const auto stagesA = cutStages(*a);
+        std::set<std::string> keysA;
+        auto keyOf = [](const Plan& p, const Stage& s) {
+            return proofKey(p, s, CheckOptions{}, !p.replication.active() || provenByReplicaZero(p, s));
+        };
+        for (const auto& s : stagesA.stages) keysA.insert(keyOf(*a, s));
+        std::uint32_t changed = 0;
+        for (const auto& s : r2.stagePlan.stages) changed += !keysA.count(keyOf(*b, s));
+        std::uint32_t cached = 0;
+        for (const auto& res : r2.results) {
+            const bool isNew = !keysA.count(keyOf(*b, r2.stagePlan.stages[res.stage]));
+            QCOMPARE(res.cached, !isNew && res.status == StageStatus::Equivalent);
+            cached += res.cached;
+        }
+        QCOMPARE(r2.cachedStages, cached);
+        QVERIFY(started.load() <= static_cast<int>(changed));
+        if (edit.isEmpty() && first == second) {
+            QCOMPARE(r2.cachedStages, static_cast<std::uint32_t>(r2.results.size()));
+            QCOMPARE(started.load(), 0);
+        } else {
+            QVERIFY(changed > 0);
+            QVERIFY(r2.cachedStages > 0);
+        }
+        QCOMPARE(reportToJson(r2)["stages"]["cached"].get<std::uint32_t>(), r2.cachedStages);
+        // A failing stage is checked again on every run, and keeps naming its own op.
+        if (plain.failure) {
+            auto r3 = verifyPlan(*b, o);
+            QCOMPARE(r3.failure->parallelOp, plain.failure->parallelOp);
+            QVERIFY(!r3.results[r3.failure->stage].cached);
+        }
     }
 
     // The HTML report is one page with everything inline: the verdict, the diagnosis with its

@@ -35,6 +35,7 @@ struct StageResult {
     std::uint64_t fullElements = 0;      ///< before reduction
     std::string note;                    ///< e.g. "shape reduction fell back to full shapes"
     std::uint32_t sameAs = kNone;        ///< proven by the isomorphic stage with this id
+    bool cached = false;                 ///< proven in an earlier run (a proof cache held the same obligation)
 };
 
 struct CheckOptions {

@@ -44,6 +44,41 @@ using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 }  // namespace
 
+bool ProofCache::contains(const std::string& key) const {
+    std::lock_guard lock(mutex_);
+    return keys_.count(key) != 0;
+}
+
+void ProofCache::add(const std::string& key) {
+    std::lock_guard lock(mutex_);
+    // Bounded by count: a session that outgrows it starts over rather than growing without end.
+    if (keys_.size() >= capacity_ && !keys_.count(key)) keys_.clear();
+    keys_.insert(key);
+}
+
+std::size_t ProofCache::size() const {
+    std::lock_guard lock(mutex_);
+    return keys_.size();
+}
+
+void ProofCache::clear() {
+    std::lock_guard lock(mutex_);
+    keys_.clear();
+}
+
+std::string proofKey(const Plan& plan, const Stage& stage, const CheckOptions& opts, bool provenByReplicaZero) {
+    std::string key = structuralKey(plan, stage);
+    const auto& r = plan.replication;
+    key += "|replication " + std::to_string(r.degree) + " " + std::to_string(r.ranksPerReplica) + " " + std::to_string(r.microbatches);
+    key += opts.reduceShapes ? "|reduced" : "|full";
+    if (r.active() && !provenByReplicaZero) {
+        // Written out for every replica: which ops are per-microbatch decides the lanes it ties.
+        key += "|lanes ";
+        for (auto op : stage.parallelOps) key += plan.parallel.ops[op].microbatch >= 0 ? '1' : '0';
+    }
+    return key;
+}
+
 // A plan stored with replicas is verified as stored: replica 0's stages stand for every replica
 // where they can (symmetry.hpp); the rest are written out for every replica, one per class.
 VerificationRun::VerificationRun(const Plan& plan, VerifyOptions opts) : plan_(plan), opts_(std::move(opts)) {}
@@ -182,8 +217,24 @@ VerifyReport VerificationRun::run() {
     // Isomorphic stages are proven once: the first stage of each structural key is checked;
     // the others take its result when it is a proof, and are checked themselves otherwise (so
     // every failure names its own ops). The partition does not depend on timing.
+    // Stages proven in an earlier run (the same proof key) are decided here, without a check.
     std::vector<std::uint32_t> representative(stages.size());
     std::vector<std::uint32_t> firstWork, secondWork;
+    std::vector<std::string> proofKeys;
+    if (opts_.proofs) {
+        proofKeys.resize(stages.size());
+        for (std::uint32_t i = 0; i < stages.size(); ++i) {
+            if (decided[i]) continue;
+            proofKeys[i] = proofKey(plan_, stages[i], opts_.check, local[i]);
+            if (!opts_.proofs->contains(proofKeys[i])) continue;
+            decided[i] = true;
+            auto& r = rep.results[i];
+            r.status = StageStatus::Equivalent;
+            r.cached = true;
+            ++rep.cachedStages;
+            if (opts_.onStageDone) opts_.onStageDone(r);
+        }
+    }
     {
         std::unordered_map<std::string, std::uint32_t> byKey;
         for (std::uint32_t i = 0; i < stages.size(); ++i) {
@@ -212,6 +263,9 @@ VerifyReport VerificationRun::run() {
         }
     }
     check(secondWork);
+    if (opts_.proofs)
+        for (std::uint32_t i = 0; i < stages.size(); ++i)
+            if (rep.results[i].status == StageStatus::Equivalent && !rep.results[i].cached) opts_.proofs->add(proofKeys[i]);
     rep.writtenOutStages = static_cast<std::uint32_t>(std::count(local.begin(), local.end(), false));
     rep.uniqueStages = static_cast<std::uint32_t>(firstWork.size() + secondWork.size());
     rep.timing.check = since(t1);
@@ -298,6 +352,7 @@ nlohmann::json reportToJson(const VerifyReport& r) {
     j["jobs"] = r.jobs;
     j["stages"]["unique"] = r.uniqueStages;
     j["stages"]["written_out"] = r.writtenOutStages;
+    j["stages"]["cached"] = r.cachedStages;
     if (r.failure) j["failure"] = r.failure->toJson();
     if (r.failures.size() > 1) {
         nlohmann::json all = nlohmann::json::array();
@@ -323,6 +378,7 @@ nlohmann::json reportToJson(const VerifyReport& r) {
         }
         if (!res.note.empty()) s["note"] = res.note;
         if (res.sameAs != kNone) s["same_as"] = res.sameAs;
+        if (res.cached) s["cached"] = true;
         st.push_back(std::move(s));
     }
     j["stage_results"] = std::move(st);
@@ -369,6 +425,7 @@ std::string reportToText(const VerifyReport& r, bool withStats) {
         std::snprintf(buf, sizeof buf, "  stages solved per second: %.1f\n", rate);
         os << buf;
         os << "  unique stages solved: " << r.uniqueStages << " of " << r.results.size() << " (isomorphic stages reuse a proof)\n";
+        if (r.cachedStages > 0) os << "  proven in an earlier run: " << r.cachedStages << " (the same obligation, not checked again)\n";
         if (r.writtenOutStages > 0)
             os << "  stages tying replicas together: " << r.writtenOutStages << " (written out for every replica; replica 0 proves the rest)\n";
         os << "  output groups proven by simplify / exp-log normal form / solve-eqs / solver: " << t1 << " / " << t1b << " / " << t2 << " / " << t3

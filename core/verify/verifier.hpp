@@ -9,6 +9,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -47,7 +48,30 @@ struct VerifyReport {
     /// In a plan stored with replicas: stages whose replicas are tied together (written out for
     /// every replica when checked); the others are proven by replica 0's check.
     std::uint32_t writtenOutStages = 0;
+    std::uint32_t cachedStages = 0;              ///< proven in an earlier run (VerifyOptions::proofs)
 };
+
+/// Stage proofs kept across runs (the Studio re-verifying after a reload). Keyed by proofKey, which
+/// names everything a stage's check depends on, so a stage whose key is present needs no solver:
+/// it is the same obligation, already proven. Only proofs are kept; failures and inconclusive
+/// results are checked again (a failure must name its own ops). Thread-safe.
+class ProofCache {
+public:
+    explicit ProofCache(std::size_t capacity = 200000) : capacity_(capacity) {}
+    bool contains(const std::string& key) const;
+    void add(const std::string& key);
+    std::size_t size() const;
+    void clear();
+
+private:
+    mutable std::mutex mutex_;
+    std::unordered_set<std::string> keys_;
+    std::size_t capacity_;
+};
+
+/// A stage's structural key with what else its check depends on in this plan: replication degree,
+/// ranks per replica, microbatches, whether replica 0 proves it alone, and shape reduction.
+std::string proofKey(const Plan& plan, const Stage& stage, const CheckOptions& opts, bool provenByReplicaZero);
 
 struct VerifyOptions {
     unsigned jobs = 0;                            ///< 0: one per hardware thread
@@ -59,6 +83,9 @@ struct VerifyOptions {
     /// Called from a worker thread just before it checks a stage (must be thread-safe). Stages
     /// decided without a check (isomorphic to a proven one, or failed while cutting) are not started.
     std::function<void(std::uint32_t stage)> onStageStart;
+    /// Proofs from earlier runs: stages found here are Equivalent with StageResult::cached and
+    /// are not checked; the stages this run proves are added. Not owned; may be null.
+    ProofCache* proofs = nullptr;
 };
 
 /// One verification run; cancel() may be called from any thread.
