@@ -31,6 +31,9 @@ int main(int argc, char** argv) {
                                QStringLiteral("FILE"));
     QCommandLineOption parallel(QStringLiteral("parallel"), QStringLiteral("An nnScaler parallel plan (.pkl) of the --logical plan."),
                                 QStringLiteral("FILE"));
+    QCommandLineOption verify(QStringLiteral("verify"),
+                              QStringLiteral("Verify the plan once it is open (as F5 does); with --screenshot, the picture shows the result."));
+    parser.addOption(verify);
     parser.addOption(screenshot);
     parser.addOption(select);
     parser.addOption(logical);
@@ -72,12 +75,19 @@ int main(int argc, char** argv) {
                 window.find(parser.value(select));
                 window.activateFindResult(0);
             }
-            if (parser.isSet(screenshot)) {
-                QTimer::singleShot(300, &app, [&] {
+            auto shoot = [&] {
+                QTimer::singleShot(parser.isSet(verify) ? 1500 : 300, &app, [&] {
                     const bool ok = window.grab().save(parser.value(screenshot));
                     if (!ok) std::fprintf(stderr, "trainverify-studio: cannot write %s\n", qPrintable(parser.value(screenshot)));
                     app.exit(ok ? 0 : 3);
                 });
+            };
+            if (parser.isSet(verify)) {
+                // The picture waits for the verdict (and for what it reveals to be laid out).
+                if (parser.isSet(screenshot)) QObject::connect(&window, &tv::ui::MainWindow::verificationFinished, &app, shoot, Qt::SingleShotConnection);
+                window.verify();
+            } else if (parser.isSet(screenshot)) {
+                shoot();
             }
         }, Qt::SingleShotConnection);
         if (pair) window.openNnScalerPair(parser.value(logical), parser.value(parallel));

@@ -9,6 +9,7 @@
 #include <QDockWidget>
 #include <QElapsedTimer>
 #include <QFutureWatcher>
+#include <QGraphicsItem>
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QLabel>
@@ -18,6 +19,9 @@
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QMimeData>
+#include <QProgressBar>
+#include <QTableView>
+#include <QToolButton>
 #include <QPainter>
 #include <QSettings>
 #include <QStatusBar>
@@ -31,11 +35,15 @@
 
 #include <fstream>
 
+#include "failure_panel.hpp"
 #include "find_model.hpp"
 #include "graph_view.hpp"
 #include "inspector.hpp"
 #include "io/plan_json.hpp"
 #include "nnscaler/nnscaler_pair.hpp"
+#include "stage_board.hpp"
+#include "verification_controller.hpp"
+#include "verify/report_html.hpp"
 #include "verify/symmetry.hpp"
 
 namespace tv::ui {
@@ -108,12 +116,31 @@ std::shared_ptr<LoadedPlan> preparePlan(std::unique_ptr<Plan> readPlan, const QS
     const double read = static_cast<double>(t.nsecsElapsed()) / 1e9;
     auto stages = cutStages(*plan);
     const double cut = static_cast<double>(t.nsecsElapsed()) / 1e9 - read;
+    // What Verify checks is the plan as read, as the command line does; its stages map onto the
+    // drawn ones record by record (writing out keeps one record per stored record, in order).
+    std::shared_ptr<const Plan> source = res.plan ? std::shared_ptr<const Plan>(std::move(res.plan)) : plan;
+    std::shared_ptr<const StagePlan> sourceStages;
+    std::vector<std::uint32_t> drawnToSource(stages.stages.size(), kNone);
+    if (source == plan) {
+        sourceStages = std::make_shared<const StagePlan>(stages);
+        for (std::uint32_t i = 0; i < drawnToSource.size(); ++i) drawnToSource[i] = i;
+    } else {
+        sourceStages = std::make_shared<const StagePlan>(cutStages(*source));
+        if (source->lineage.size() == plan->lineage.size())
+            for (std::uint32_t i = 0; i < drawnToSource.size(); ++i) {
+                const auto rec = stages.stages[i].output;
+                if (rec < sourceStages->stageOfRecord.size()) drawnToSource[i] = sourceStages->stageOfRecord[rec];
+            }
+    }
     auto lp = layout(plan, path, options, std::move(stages), error);
     if (lp) {
         lp->seconds = static_cast<double>(t.nsecsElapsed()) / 1e9;
         lp->readSeconds = read;
         lp->stageSeconds = cut;
         lp->storedNote = stored;
+        lp->source = std::move(source);
+        lp->sourceStages = std::move(sourceStages);
+        lp->drawnToSource = std::move(drawnToSource);
     }
     return lp;
 }
@@ -159,8 +186,13 @@ std::shared_ptr<LoadedPlan> relayoutPlan(std::shared_ptr<const Plan> plan, const
     t.start();
     auto stages = cutStages(*plan);
     const double cut = static_cast<double>(t.nsecsElapsed()) / 1e9;
-    auto lp = layout(std::move(plan), path, std::move(options), std::move(stages), error);
+    auto lp = layout(plan, path, std::move(options), std::move(stages), error);
     if (lp) {
+        // The caller replaces these with the plan as read when `plan` is a written-out copy of it.
+        lp->source = plan;
+        lp->sourceStages = std::make_shared<const StagePlan>(lp->stages);
+        lp->drawnToSource.resize(lp->stages.stages.size());
+        for (std::uint32_t i = 0; i < lp->drawnToSource.size(); ++i) lp->drawnToSource[i] = i;
         lp->stageSeconds = cut;
         lp->seconds += cut;
         lp->storedNote = storedNoteFor(*lp->plan);
@@ -307,6 +339,8 @@ void MainWindow::buildMenus() {
         QSettings().setValue(QStringLiteral("view/dark"), on);
     });
 
+    buildVerification();
+
     auto* help = menuBar()->addMenu(tr("&Help"));
     help->addAction(tr("&About TrainVerify Studio"), this, [this] {
         QMessageBox::about(this, tr("About TrainVerify Studio"),
@@ -329,6 +363,262 @@ void MainWindow::buildMenus() {
     tb->addSeparator();
     tb->addAction(tr("Fit"), view_, &GraphView::fitAll);
     tb->addAction(tr("100 %"), view_, &GraphView::zoomActual);
+    tb->addSeparator();
+    tb->addAction(verifyAction_);
+    tb->addAction(cancelAction_);
+}
+
+void MainWindow::buildVerification() {
+    verifier_ = new VerificationController(this);
+    connect(verifier_, &VerificationController::stagesUpdated, this, &MainWindow::onStagesUpdated);
+    connect(verifier_, &VerificationController::finished, this, &MainWindow::onVerified);
+
+    board_ = new StageBoard(this);
+    auto* boardDock = new QDockWidget(tr("Stages"), this);
+    boardDock->setObjectName(QStringLiteral("stages"));
+    boardDock->setWidget(board_);
+    addDockWidget(Qt::BottomDockWidgetArea, boardDock);
+    connect(board_, &StageBoard::stageActivated, this, &MainWindow::focusStage);
+
+    failurePanel_ = new FailurePanel(this);
+    auto* failureDock = new QDockWidget(tr("Diagnosis"), this);
+    failureDock->setObjectName(QStringLiteral("diagnosis"));
+    failureDock->setWidget(failurePanel_);
+    addDockWidget(Qt::BottomDockWidgetArea, failureDock);
+    splitDockWidget(boardDock, failureDock, Qt::Horizontal);
+
+    progress_ = new QProgressBar(this);
+    progress_->setMaximumWidth(220);
+    progress_->setFormat(tr("%v of %m stages"));
+    progress_->setVisible(false);
+    cancelButton_ = new QToolButton(this);
+    cancelButton_->setText(tr("Cancel"));
+    cancelButton_->setToolTip(tr("Stop verifying (Shift+F5)"));
+    cancelButton_->setVisible(false);
+    connect(cancelButton_, &QToolButton::clicked, this, &MainWindow::cancelVerification);
+    statusBar()->addPermanentWidget(progress_);
+    statusBar()->addPermanentWidget(cancelButton_);
+
+    auto* menu = menuBar()->addMenu(tr("&Verify"));
+    verifyAction_ = menu->addAction(tr("&Verify"), QKeySequence(Qt::Key_F5), this, &MainWindow::verify);
+    verifyAction_->setObjectName(QStringLiteral("verify"));
+    verifyAction_->setToolTip(tr("Prove the parallel plan equivalent to the logical plan, stage by stage (F5)"));
+    cancelAction_ = menu->addAction(tr("&Cancel Verification"), QKeySequence(Qt::SHIFT | Qt::Key_F5), this, &MainWindow::cancelVerification);
+    cancelAction_->setObjectName(QStringLiteral("cancelVerification"));
+    menu->addSeparator();
+    menu->addAction(tr("Go to &Failure"), QKeySequence(Qt::Key_F8), this, [this] {
+        if (report_ && report_->failure && report_->failure->stage != kNone) board_->selectStage(report_->failure->stage);
+        applyVerificationToScene();
+        const auto marks = scene_->marked(NodeMark::FailingOp);
+        if (!marks.empty()) view_->centerOnItem(scene_->itemForNode(marks.front()));
+    });
+    menu->addSeparator();
+    exportJsonAction_ = menu->addAction(tr("Export Report as &JSON..."), this, [this] {
+        auto path = QFileDialog::getSaveFileName(this, tr("Export Report"), QString(), tr("JSON (*.json)"));
+        if (!path.isEmpty() && !exportReport(path)) QMessageBox::warning(this, tr("Export"), tr("Could not write %1").arg(path));
+    });
+    exportHtmlAction_ = menu->addAction(tr("Export Report as &HTML..."), this, [this] {
+        auto path = QFileDialog::getSaveFileName(this, tr("Export Report"), QString(), tr("HTML page (*.html)"));
+        if (!path.isEmpty() && !exportReport(path)) QMessageBox::warning(this, tr("Export"), tr("Could not write %1").arg(path));
+    });
+    updateVerifyActions();
+}
+
+bool MainWindow::verifying() const { return verifier_ && verifier_->running() && verifyRun_ == verifier_->currentRun(); }
+
+void MainWindow::updateVerifyActions() {
+    const bool plan = scene_->loaded() != nullptr;
+    verifyAction_->setEnabled(plan);
+    cancelAction_->setEnabled(verifying());
+    cancelButton_->setVisible(verifying());
+    progress_->setVisible(verifying());
+    exportJsonAction_->setEnabled(report_ != nullptr);
+    exportHtmlAction_->setEnabled(report_ != nullptr);
+}
+
+void MainWindow::verify() {
+    const auto* l = scene_->loaded();
+    if (!l) return;
+    report_.reset();
+    focusMarks_.clear();
+    scene_->setMarks({});
+    board_->model()->startRun();
+    progress_->setRange(0, board_->model()->rowCount());
+    progress_->setValue(0);
+    failurePanel_->showRunning();
+    auto options = verifyOptions_;
+    verifyRun_ = verifier_->start(l->source, std::move(options));
+    statusBar()->showMessage(tr("Verifying %n stage(s)...", nullptr, board_->model()->rowCount()));
+    applyVerificationToScene();
+    updateVerifyActions();
+}
+
+void MainWindow::cancelVerification() {
+    if (!verifying()) return;
+    verifier_->cancel();
+    statusBar()->showMessage(tr("Cancelling: the stages being solved stop at the solver's next checkpoint..."));
+}
+
+void MainWindow::onStagesUpdated(quint64 run, const QVector<StageUpdate>& updates) {
+    if (run != verifyRun_) return;
+    board_->model()->apply(updates);
+    progress_->setValue(static_cast<int>(board_->model()->done()));
+    applyVerificationToScene();
+}
+
+void MainWindow::onVerified(quint64 run, std::shared_ptr<const VerifyReport> report) {
+    if (run != verifyRun_ || !report) {
+        updateVerifyActions();
+        return;
+    }
+    const auto* l = scene_->loaded();
+    report_ = report;
+    board_->model()->finish(*report);
+    progress_->setValue(progress_->maximum());
+    QString where;
+    int primary = -1;
+    if (report->failure && l) failureMarks(*report->failure, &primary, &where);
+    failurePanel_->showReport(*report, where);
+    statusBar()->showMessage(QString::fromStdString(reportToText(*report).substr(0, reportToText(*report).find('\n'))), 10000);
+    if (report->failure && report->failure->stage != kNone) board_->selectStage(report->failure->stage);
+    applyVerificationToScene();
+    // Take the user to the failing shard: expand what folds it, select and centre it.
+    if (report->failure && l && primary >= 0) {
+        const auto& n = l->view.nodes[primary];
+        if (n.kind == ViewNodeKind::CollapsedRank || n.kind == ViewNodeKind::CollapsedLayer) {
+            const auto& f = *report->failure;
+            const auto name = f.parallelOp.empty() ? std::string() : f.parallelOp;
+            OpId op = name.empty() ? kNone : l->plan->parallel.findOp(l->plan->names.find(name));
+            if (op == kNone && name.find('~') != std::string::npos)
+                op = l->plan->parallel.findOp(l->plan->names.find(name.substr(0, name.find('~'))));
+            if (op != kNone) {
+                revealSteps_ = 0;
+                revealingFailure_ = true;
+                reveal(FindHit{ViewSide::Parallel, true, op, primary});
+            }
+        } else {
+            scene_->selectNode(primary);
+            // Both the failing op and its logical counterpart in sight when they fit, else the op.
+            QRectF both = scene_->itemForNode(primary)->sceneBoundingRect();
+            for (int n : scene_->marked(NodeMark::Counterpart)) both = both.united(scene_->itemForNode(n)->sceneBoundingRect());
+            const QRectF visible = view_->mapToScene(view_->viewport()->rect()).boundingRect();
+            if (both.width() < visible.width() * 0.9 && both.height() < visible.height() * 0.9) view_->centerOn(both.center());
+            else view_->centerOnItem(scene_->itemForNode(primary));
+        }
+    }
+    updateVerifyActions();
+    emit verificationFinished();
+}
+
+std::vector<std::pair<int, NodeMark>> MainWindow::failureMarks(const Failure& f, int* primary, QString* where) const {
+    std::vector<std::pair<int, NodeMark>> marks;
+    const auto* l = scene_->loaded();
+    if (!l) return marks;
+    const auto& plan = *l->plan;
+    const bool drawnAsStored = l->plan == l->source && l->source->replication.active();
+    // A written-out instance ("x~mb1~dp1") is drawn under that name when the plan is drawn written
+    // out; drawn as stored, the stored op stands for it.
+    auto findOp = [&](const Graph& g, const std::string& name) -> OpId {
+        if (name.empty()) return kNone;
+        OpId op = g.findOp(plan.names.find(name));
+        if (op == kNone && name.find('~') != std::string::npos) op = g.findOp(plan.names.find(name.substr(0, name.find('~'))));
+        return op;
+    };
+    auto findTensor = [&](const Graph& g, const std::string& name) -> TensorId {
+        if (name.empty()) return kNone;
+        TensorId t = g.findTensor(plan.names.find(name));
+        if (t == kNone && name.find('~') != std::string::npos) t = g.findTensor(plan.names.find(name.substr(0, name.find('~'))));
+        return t;
+    };
+    const OpId pop = findOp(plan.parallel, f.parallelOp);
+    if (pop != kNone) {
+        const int node = nodeShowing(l->view, FindHit{ViewSide::Parallel, true, pop, -1});
+        if (primary) *primary = node;
+        marks.emplace_back(node, NodeMark::FailingOp);
+        if (where && drawnAsStored && f.parallelOp.find('~') != std::string::npos)
+            *where = tr("%1 is an instance of the stored op %2, which the graph draws for every lane.")
+                         .arg(QString::fromStdString(f.parallelOp), QString::fromStdString(plan.opName(plan.parallel, pop)));
+    } else if (where && !f.parallelOp.empty()) {
+        *where = tr("%1 is not drawn in this view.").arg(QString::fromStdString(f.parallelOp));
+    }
+    if (const OpId lop = findOp(plan.logical, f.logicalOp); lop != kNone)
+        marks.emplace_back(nodeShowing(l->view, FindHit{ViewSide::Logical, true, lop, -1}), NodeMark::Counterpart);
+    else if (const TensorId lt = findTensor(plan.logical, f.tensor); lt != kNone && plan.logical.tensors[lt].producer != kNone)
+        marks.emplace_back(nodeShowing(l->view, FindHit{ViewSide::Logical, true, plan.logical.tensors[lt].producer, -1}), NodeMark::Counterpart);
+    if (!f.otherEndTensor.empty()) {
+        // The other end: the tensor's node if lineage draws it, else the op producing it, else the ops reading it.
+        const Graph& g = f.otherEndLogical ? plan.logical : plan.parallel;
+        const auto side = f.otherEndLogical ? ViewSide::Logical : ViewSide::Parallel;
+        if (const TensorId t = findTensor(g, f.otherEndTensor); t != kNone) {
+            int node = nodeShowing(l->view, FindHit{side, false, t, -1});
+            if (node < 0 && g.tensors[t].producer != kNone) node = nodeShowing(l->view, FindHit{side, true, g.tensors[t].producer, -1});
+            if (node >= 0) marks.emplace_back(node, NodeMark::OtherEnd);
+            else
+                for (OpId c : g.consumers(t)) marks.emplace_back(nodeShowing(l->view, FindHit{side, true, c, -1}), NodeMark::OtherEnd);
+        }
+    }
+    if (primary && *primary < 0 && !marks.empty()) *primary = marks.front().first;
+    return marks;
+}
+
+void MainWindow::applyVerificationToScene() {
+    const auto* l = scene_->loaded();
+    if (!l) return;
+    auto* model = board_->model();
+    if (!model->verified() || model->rowCount() != static_cast<int>(l->sourceStages ? l->sourceStages->stages.size() : 0)) {
+        scene_->setStageStatuses({});
+    } else {
+        std::vector<StageStatus> drawn(l->drawnToSource.size(), StageStatus::Queued);
+        for (std::size_t d = 0; d < drawn.size(); ++d)
+            if (l->drawnToSource[d] != kNone) drawn[d] = model->status(l->drawnToSource[d]);
+        scene_->setStageStatuses(drawn);
+    }
+    auto marks = focusMarks_;
+    if (report_ && report_->failure) {
+        auto f = failureMarks(*report_->failure, nullptr, nullptr);
+        marks.insert(marks.end(), f.begin(), f.end());
+    }
+    scene_->setMarks(marks);
+}
+
+void MainWindow::focusStage(std::uint32_t sourceStage) {
+    const auto* l = scene_->loaded();
+    if (!l || !l->sourceStages || sourceStage >= l->sourceStages->stages.size()) return;
+    focusMarks_.clear();
+    QRectF box;
+    for (std::size_t d = 0; d < l->drawnToSource.size(); ++d) {
+        if (l->drawnToSource[d] != sourceStage || d >= l->view.stageNodes.size()) continue;
+        for (int n : l->view.stageNodes[d]) {
+            focusMarks_.emplace_back(n, NodeMark::Focus);
+            if (auto* item = scene_->itemForNode(n)) box = box.isNull() ? item->sceneBoundingRect() : box.united(item->sceneBoundingRect());
+        }
+    }
+    applyVerificationToScene();
+    if (!box.isNull()) view_->centerOn(box.center());
+    statusBar()->showMessage(focusMarks_.empty() ? tr("Stage %1 has no op drawn in this view.").arg(sourceStage)
+                                                 : tr("Stage %1: %n node(s) marked on both sides.", nullptr, static_cast<int>(focusMarks_.size())).arg(sourceStage),
+                             5000);
+}
+
+bool MainWindow::exportReport(const QString& path) {
+    const auto* l = scene_->loaded();
+    if (!report_ || !l) return false;
+    std::ofstream out(path.toStdString());
+    if (!out) return false;
+    if (path.endsWith(QStringLiteral(".html"), Qt::CaseInsensitive) || path.endsWith(QStringLiteral(".htm"), Qt::CaseInsensitive)) {
+        HtmlReportOptions o;
+        o.title = l->source->name.empty() ? QFileInfo(l->path).fileName().toStdString() : l->source->name;
+        o.planFile = l->path.toStdString();
+        out << reportToHtml(*report_, o);
+    } else {
+        // The command line's schema: `trainverify verify PLAN --json`.
+        auto json = reportToJson(*report_);
+        json["plan"] = {{"file", l->path.toStdString()}, {"name", l->source->name}};
+        if (!l->logicalPath.isEmpty()) json["nnscaler"] = {{"logical", l->logicalPath.toStdString()}, {"parallel", l->path.toStdString()}};
+        json["peak_memory_kb"] = peakMemoryKb();
+        out << json.dump(2) << "\n";
+    }
+    return static_cast<bool>(out);
 }
 
 void MainWindow::buildFilterBar() {
@@ -480,6 +770,19 @@ void MainWindow::onLoaded(quint64 id, std::shared_ptr<LoadedPlan> loaded, const 
         scene_->setFilter({});
     }
     inspector_->show(nullptr, -1);
+    if (!samePlan) {
+        // A new plan (or the same file reloaded): its stages start unverified. A run on the old
+        // plan is cancelled; proofs it made stay in the cache for the next F5.
+        if (verifying()) verifier_->cancel();
+        verifyRun_ = 0;
+        report_.reset();
+        focusMarks_.clear();
+        board_->model()->setPlan(loaded->source, loaded->sourceStages);
+        failurePanel_->clear();
+    }
+    applyVerificationToScene();
+    if (revealingFailure_ && !pendingReveal_) revealingFailure_ = false;
+    updateVerifyActions();
     if (!samePlan) view_->showStart();
     if (pendingReveal_) {
         if (samePlan) reveal(*pendingReveal_);
@@ -537,7 +840,20 @@ void MainWindow::relayout(ViewOptions options) {
     pendingOptions_ = options;
     auto plan = l->plan;
     auto path = l->path;
-    startJob([plan, path, options](QString* error) { return relayoutPlan(plan, path, options, error); }, tr("Laying out..."));
+    auto source = l->source;
+    auto sourceStages = l->sourceStages;
+    auto drawnToSource = l->drawnToSource;
+    startJob(
+        [plan, path, options, source, sourceStages, drawnToSource](QString* error) {
+            auto lp = relayoutPlan(plan, path, options, error);
+            if (lp) {
+                lp->source = source;
+                lp->sourceStages = sourceStages;
+                lp->drawnToSource = drawnToSource;
+            }
+            return lp;
+        },
+        tr("Laying out..."));
 }
 
 void MainWindow::toggleRank(std::int32_t rank) {

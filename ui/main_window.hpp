@@ -9,18 +9,25 @@
 
 #include "find_model.hpp"
 #include "plan_scene.hpp"
+#include "verify/verifier.hpp"
 
 class QComboBox;
 class QLabel;
 class QLineEdit;
 class QListView;
 class QMenu;
+class QProgressBar;
+class QToolButton;
 
 namespace tv::ui {
 
 class GraphView;
 class Minimap;
 class Inspector;
+class StageBoard;
+class FailurePanel;
+class VerificationController;
+struct StageUpdate;
 
 /// Plans stored once are drawn written out up to this many parallel ops, as stored beyond.
 constexpr std::size_t kMaxWrittenOutOps = 400000;
@@ -61,9 +68,28 @@ public:
     void toggleLayer(const std::string& key);
     void setLayersCollapsed(bool collapsed);
 
+    /// Verifies the plan on screen in the background (F5); restarts a run in progress.
+    void verify();
+    /// Cancels the run in progress; it ends inconclusive with what was proven so far.
+    void cancelVerification();
+    bool verifying() const;
+    /// Options of the next run (threads, solver timeout, and callbacks for tests).
+    void setVerifyOptions(VerifyOptions options) { verifyOptions_ = std::move(options); }
+    VerificationController* verification() const { return verifier_; }
+    StageBoard* stageBoard() const { return board_; }
+    FailurePanel* failurePanel() const { return failurePanel_; }
+    QProgressBar* progressBar() const { return progress_; }
+    /// The last finished run's report for the plan on screen (null if none).
+    std::shared_ptr<const VerifyReport> report() const { return report_; }
+    /// Writes the report as JSON (the command line's schema) or, for a .html path, as one page.
+    bool exportReport(const QString& path);
+    /// Marks a stage's ops on both sides and centres the view on them.
+    void focusStage(std::uint32_t sourceStage);
+
 signals:
     void planLoaded();
     void loadFailed(const QString& message);
+    void verificationFinished();
 
 protected:
     void closeEvent(QCloseEvent* e) override;
@@ -88,6 +114,14 @@ private:
     void buildFilterBar();
     void resetFilterBar();
     void filterBarChanged();
+    void buildVerification();
+    void onStagesUpdated(quint64 run, const QVector<StageUpdate>& updates);
+    void onVerified(quint64 run, std::shared_ptr<const VerifyReport> report);
+    /// Paints the board's statuses onto the drawn stages, and re-applies the failure's marks.
+    void applyVerificationToScene();
+    /// Marks of the failing op, its logical counterpart and the other end; the node to centre on.
+    std::vector<std::pair<int, NodeMark>> failureMarks(const Failure& f, int* primary, QString* where) const;
+    void updateVerifyActions();
 
     PlanScene* scene_;
     GraphView* view_;
@@ -114,6 +148,21 @@ private:
     QString currentPath_;
     QString currentLogical_;  ///< non-empty when the plan on screen is an nnScaler pair
     bool dark_ = false;
+
+    VerificationController* verifier_ = nullptr;
+    StageBoard* board_ = nullptr;
+    FailurePanel* failurePanel_ = nullptr;
+    QProgressBar* progress_ = nullptr;
+    QToolButton* cancelButton_ = nullptr;
+    QAction* verifyAction_ = nullptr;
+    QAction* cancelAction_ = nullptr;
+    QAction* exportJsonAction_ = nullptr;
+    QAction* exportHtmlAction_ = nullptr;
+    VerifyOptions verifyOptions_;
+    quint64 verifyRun_ = 0;        ///< the run whose results the board shows
+    std::shared_ptr<const VerifyReport> report_;
+    std::vector<std::pair<int, NodeMark>> focusMarks_;  ///< a stage focused from the board
+    bool revealingFailure_ = false;  ///< a re-layout under way to show the failing op
 };
 
 }  // namespace tv::ui

@@ -6,6 +6,7 @@
 #include <QStyleOptionGraphicsItem>
 
 #include "ops/registry.hpp"
+#include "stage_board.hpp"
 
 namespace tv::ui {
 
@@ -51,7 +52,21 @@ public:
         setToolTip(title_ + QStringLiteral("\n") + subtitle_);
         setZValue(2);
     }
-    QRectF boundingRect() const override { return rect_.adjusted(-3, -3, 3, 3); }
+    QRectF boundingRect() const override { return rect_.adjusted(-6, -6, 6, 6); }
+    void setStatus(int s) {
+        if (s != status_) {
+            status_ = s;
+            update();
+        }
+    }
+    int status() const { return status_; }
+    void setMark(NodeMark m) {
+        if (m != mark_) {
+            mark_ = m;
+            update();
+        }
+    }
+    NodeMark mark() const { return mark_; }
     void setHighlight(int h) {
         if (h != highlight_) {
             highlight_ = h;
@@ -67,7 +82,25 @@ public:
                       : kind_ == ViewNodeKind::CollapsedRank || kind_ == ViewNodeKind::CollapsedLayer ? pal.collapsed
                       : collective_ ? pal.collective
                       : side_ == ViewSide::Logical ? pal.logicalOp : pal.parallelOp;
+        if (status_ >= 0 && kind_ != ViewNodeKind::Tensor) {
+            // Verification status tints the fill: green proven, red failed, orange inconclusive, grey not yet.
+            const QColor sc = statusColor(static_cast<StageStatus>(status_));
+            const qreal a = scene_->dark_ ? 0.55 : 0.45;
+            fill = QColor::fromRgbF(fill.redF() * (1 - a) + sc.redF() * a, fill.greenF() * (1 - a) + sc.greenF() * a,
+                                    fill.blueF() * (1 - a) + sc.blueF() * a);
+        }
+        if (mark_ != NodeMark::None) {
+            // A ring outside the node: it stays whatever is selected.
+            const QColor ring = mark_ == NodeMark::FailingOp ? QColor(211, 47, 47)
+                                : mark_ == NodeMark::Counterpart ? QColor(239, 108, 0)
+                                : mark_ == NodeMark::OtherEnd ? QColor(142, 36, 170)
+                                                              : QColor(30, 136, 229);
+            p->setPen(QPen(ring, mark_ == NodeMark::FailingOp ? 4 : 3, mark_ == NodeMark::OtherEnd ? Qt::DashLine : Qt::SolidLine));
+            p->setBrush(Qt::NoBrush);
+            p->drawRoundedRect(rect_.adjusted(-4, -4, 4, 4), 5, 5);
+        }
         QPen pen(pal.edge, 1);
+        if (status_ == static_cast<int>(StageStatus::Running)) pen = QPen(statusColor(StageStatus::Running), 2, Qt::DashLine);
         if (highlight_ == 2 || isSelected()) pen = QPen(pal.selection, 3);
         else if (highlight_ == 1) pen = QPen(pal.related, 2.5);
         p->setPen(pen);
@@ -118,6 +151,8 @@ private:
     std::uint32_t stage_;
     QString title_, subtitle_;
     int highlight_ = 0;  ///< 0 none, 1 counterpart, 2 selected
+    int status_ = -1;    ///< a StageStatus, -1 when not verified
+    NodeMark mark_ = NodeMark::None;
 };
 
 /// A stage band, a layer, or a rank/microbatch group, drawn behind the ops. Double-clicking an
@@ -254,6 +289,8 @@ void PlanScene::setPlan(std::shared_ptr<const LoadedPlan> loaded) {
     groupItems_.clear();
     lineageItems_.clear();
     highlighted_.clear();
+    nodeStages_.clear();
+    marks_.clear();
     selected_ = -1;
     loaded_ = std::move(loaded);
     if (!loaded_) {
@@ -264,6 +301,12 @@ void PlanScene::setPlan(std::shared_ptr<const LoadedPlan> loaded) {
     const auto& pl = loaded_->placed;
     const auto pal = paletteFor(dark_);
     const auto& reg = OpRegistry::instance();
+    nodeStages_.assign(v.nodes.size(), {});
+    for (std::size_t st = 0; st < v.stageNodes.size(); ++st)
+        for (int n : v.stageNodes[st])
+            if (n >= 0 && n < static_cast<int>(v.nodes.size()) &&
+                (nodeStages_[n].empty() || nodeStages_[n].back() != static_cast<std::uint32_t>(st)))
+                nodeStages_[n].push_back(static_cast<std::uint32_t>(st));
 
     for (std::size_t g = 0; g < v.groups.size(); ++g) {
         auto* item = new GroupItem(this, static_cast<int>(g), v.groups[g], toQt(pl.groupRects[g]));
@@ -406,6 +449,59 @@ int PlanScene::setFilter(const ViewFilter& filter) {
         passing += pass;
     }
     return passing;
+}
+
+namespace {
+/// How bad a status is, for a node in several stages: the worst one shows.
+int severity(StageStatus s) {
+    switch (s) {
+        case StageStatus::Equivalent: return 0;
+        case StageStatus::Skipped: return 1;
+        case StageStatus::Queued: return 2;
+        case StageStatus::Running: return 3;
+        case StageStatus::Inconclusive: return 4;
+        case StageStatus::Failed: return 5;
+    }
+    return 0;
+}
+}  // namespace
+
+void PlanScene::setStageStatuses(const std::vector<StageStatus>& perDrawnStage) {
+    for (std::size_t i = 0; i < nodes_.size(); ++i) {
+        int status = -1;
+        if (!perDrawnStage.empty())
+            for (auto st : nodeStages_[i])
+                if (st < perDrawnStage.size() && (status < 0 || severity(perDrawnStage[st]) > severity(static_cast<StageStatus>(status))))
+                    status = static_cast<int>(perDrawnStage[st]);
+        nodes_[i]->setStatus(status);
+    }
+}
+
+int PlanScene::nodeStatus(int node) const {
+    return node >= 0 && node < static_cast<int>(nodes_.size()) ? nodes_[node]->status() : -1;
+}
+
+void PlanScene::setMarks(const std::vector<std::pair<int, NodeMark>>& marks) {
+    for (const auto& [n, m] : marks_)
+        if (n >= 0 && n < static_cast<int>(nodes_.size())) nodes_[n]->setMark(NodeMark::None);
+    marks_.clear();
+    for (const auto& [n, m] : marks) {
+        if (n < 0 || n >= static_cast<int>(nodes_.size())) continue;
+        // A node marked twice keeps the stronger mark (FailingOp over the rest).
+        if (nodes_[n]->mark() == NodeMark::None || m == NodeMark::FailingOp) nodes_[n]->setMark(m);
+        marks_.emplace_back(n, nodes_[n]->mark());
+    }
+}
+
+NodeMark PlanScene::markOf(int node) const {
+    return node >= 0 && node < static_cast<int>(nodes_.size()) ? nodes_[node]->mark() : NodeMark::None;
+}
+
+std::vector<int> PlanScene::marked(NodeMark mark) const {
+    std::vector<int> out;
+    for (std::size_t i = 0; i < nodes_.size(); ++i)
+        if (nodes_[i]->mark() == mark) out.push_back(static_cast<int>(i));
+    return out;
 }
 
 void PlanScene::setDark(bool dark) {

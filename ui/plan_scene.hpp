@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "explore/plan_view.hpp"
+#include "verify/check.hpp"
 
 class QGraphicsItem;
 
@@ -17,8 +18,14 @@ namespace tv::ui {
 
 /// Everything a loaded plan needs on screen, computed off the GUI thread.
 struct LoadedPlan {
-    std::shared_ptr<const Plan> plan;
-    StagePlan stages;
+    std::shared_ptr<const Plan> plan;   ///< the plan drawn (a plan stored once is drawn written out)
+    StagePlan stages;                   ///< the drawn plan's stages
+    /// The plan as read, which is what Verify checks (as the command line does): the same object
+    /// as `plan` unless a plan stored once is drawn written out.
+    std::shared_ptr<const Plan> source;
+    std::shared_ptr<const StagePlan> sourceStages;
+    /// Drawn stage -> source stage (a stored stage stands for its instances in every lane).
+    std::vector<std::uint32_t> drawnToSource;
     ViewOptions options;
     PlanView view;
     PlacedView placed;
@@ -31,6 +38,9 @@ struct LoadedPlan {
     /// Non-empty when a plan stored once is drawn as stored (too big to write out): says so.
     QString storedNote;
 };
+
+/// Marks that outlive the selection: where verification failed, and what the user focused.
+enum class NodeMark : std::uint8_t { None, Focus, FailingOp, Counterpart, OtherEnd };
 
 class NodeItem;
 class GroupItem;
@@ -66,6 +76,18 @@ public:
     /// Dims what the filter excludes; returns how many nodes pass.
     int setFilter(const ViewFilter& filter);
     bool nodePassesFilter(int node) const;
+    /// Colours every node by the status of the stages it belongs to (the worst of them), indexed
+    /// by drawn stage; an empty vector clears the colouring (plan not verified).
+    void setStageStatuses(const std::vector<StageStatus>& perDrawnStage);
+    /// The status a node is painted with, -1 when none.
+    int nodeStatus(int node) const;
+    /// Replaces every mark (FailingOp, Counterpart, OtherEnd, Focus) with these.
+    void setMarks(const std::vector<std::pair<int, NodeMark>>& marks);
+    NodeMark markOf(int node) const;
+    /// Nodes carrying a mark of this kind.
+    std::vector<int> marked(NodeMark mark) const;
+    /// Drawn stages each node belongs to (an op can lie in several).
+    const std::vector<std::vector<std::uint32_t>>& nodeStages() const { return nodeStages_; }
 
 signals:
     void planChanged();
@@ -91,6 +113,8 @@ private:
     std::vector<QGraphicsItem*> groupItems_;
     std::vector<QGraphicsItem*> lineageItems_;   ///< parallel to loaded_->view.lineage; null until needed
     std::vector<int> highlighted_;
+    std::vector<std::vector<std::uint32_t>> nodeStages_;
+    std::vector<std::pair<int, NodeMark>> marks_;
     int selected_ = -1;
     bool showAllLineage_ = true;
     bool dark_ = false;

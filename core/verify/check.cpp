@@ -560,6 +560,7 @@ private:
         f.coordinates = plan_.coordinatesJson(f.rank);
         f.microbatch = o.microbatch;
         f.otherEnd = "tensor \"" + plan_.tensorName(P_, foreign) + "\" of microbatch " + std::to_string(P_.tensors[foreign].microbatch);
+        f.otherEndTensor = plan_.tensorName(P_, foreign);
     }
 
     void locate(const z3::model& m) {

@@ -44,6 +44,7 @@ nlohmann::json Failure::toJson() const {
         {"message", message},
     };
     if (!otherEnd.empty()) j["other_end"] = otherEnd;
+    if (!otherEndTensor.empty()) j["other_end_tensor"] = {{"side", otherEndLogical ? "logical" : "parallel"}, {"tensor", otherEndTensor}};
     auto list = [](const std::vector<TensorValues>& v) {
         nlohmann::json a = nlohmann::json::array();
         for (const auto& t : v) a.push_back(t.toJson());

@@ -57,6 +57,8 @@ struct Failure {
     std::vector<TensorValues> logical;    ///< logical values of the failing tensor
     std::vector<TensorValues> parallel;   ///< parallel values of the failing copy
     std::string otherEnd;                 ///< dataflow broken: the other end of the problem
+    std::string otherEndTensor;           ///< the other end's tensor, by name (for highlighting)
+    bool otherEndLogical = false;         ///< whether otherEndTensor is a logical tensor (else parallel)
 
     nlohmann::json toJson() const;
     /// Alive2-like text: the headline, then Example / Logical / Parallel / Expected vs Actual.

@@ -91,10 +91,17 @@ void stageRow(std::ostringstream& os, const VerifyReport& r, const StageResult& 
     std::snprintf(secs, sizeof secs, "%.3f", res.reduceSeconds + res.encodeSeconds + res.solveSeconds);
     std::string note = res.note;
     if (res.sameAs != kNone) note = "same as stage " + std::to_string(res.sameAs) + (note.empty() ? "" : "; " + note);
+    if (res.cached) note = "proven in an earlier run" + (note.empty() ? "" : "; " + note);
     os << "<td>" << status << "</td><td>" << secs << "</td><td>" << htmlEscape(note) << "</td></tr>\n";
 }
 
 }  // namespace
+
+std::string failureToHtml(const Failure& f, const char* heading) {
+    std::ostringstream os;
+    failureSection(os, f, heading);
+    return os.str();
+}
 
 std::string reportToHtml(const VerifyReport& r, const HtmlReportOptions& opts) {
     std::ostringstream os;

@@ -20,6 +20,10 @@ struct HtmlReportOptions {
 /// Escapes &, <, >, " and ' for HTML text and attribute values.
 std::string htmlEscape(std::string_view s);
 
+/// One diagnosis as an HTML fragment (heading, location table, Example / Logical / Parallel
+/// values): what the report page and the Studio's failure panel show.
+std::string failureToHtml(const Failure& failure, const char* heading = "Diagnosis");
+
 std::string reportToHtml(const VerifyReport& report, const HtmlReportOptions& opts = {});
 
 }  // namespace tv

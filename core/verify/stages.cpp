@@ -110,6 +110,7 @@ StagePlan cutStages(const Plan& plan, const std::vector<bool>* assumed) {
                     f.tensor = lname;
                     f.parallelTensor = plan.tensorName(P, in);
                     f.otherEnd = "parallel tensor " + plan.tensorName(P, in);
+                    f.otherEndTensor = plan.tensorName(P, in);
                     d.failures.push_back(f);
                     d.broken = true;
                     continue;
@@ -138,6 +139,8 @@ StagePlan cutStages(const Plan& plan, const std::vector<bool>* assumed) {
                                                                  plan.tensorName(L, t) + "\"");
                     f.tensor = lname;
                     f.otherEnd = "logical tensor " + plan.tensorName(L, t);
+                    f.otherEndTensor = plan.tensorName(L, t);
+                    f.otherEndLogical = true;
                     // Point at the last parallel op producing the record's tensors.
                     OpId last = kNone;
                     for (auto op2 : d.stage.parallelOps)

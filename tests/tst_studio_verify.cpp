@@ -1,0 +1,316 @@
+// Verifying in the Studio, under the offscreen platform: F5 runs the staged verifier in the
+// background and every stage reports; Cancel stops a run and the window stays usable; a reload
+// re-proves only what changed; a buggy plan ends with the failing op and rank selected and marked,
+// its logical counterpart and the other end marked, and the diagnosis shown; the stage board sorts,
+// filters and focuses; the report exports as the command line's JSON and as one HTML page.
+#include <QtTest>
+
+#include <QAbstractItemModelTester>
+#include <QAction>
+#include <QProcess>
+#include <QProgressBar>
+#include <QSignalSpy>
+#include <QStandardPaths>
+#include <QTableView>
+#include <QTemporaryDir>
+
+#include <atomic>
+#include <fstream>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "failure_panel.hpp"
+#include "main_window.hpp"
+#include "stage_board.hpp"
+#include "verification_controller.hpp"
+
+using namespace tv;
+using namespace tv::ui;
+using json = nlohmann::json;
+
+namespace {
+QString example(const QString& name) { return QStringLiteral(TV_SOURCE_DIR "/resources/examples/") + name; }
+
+bool openAndWait(MainWindow& w, const QString& path) {
+    QSignalSpy loaded(&w, &MainWindow::planLoaded);
+    w.openPlan(path);
+    return loaded.wait(60000);
+}
+
+bool verifyAndWait(MainWindow& w) {
+    QSignalSpy done(&w, &MainWindow::verificationFinished);
+    w.verify();
+    return done.wait(300000);
+}
+
+json expectOf(const QString& file) {
+    std::ifstream in(example(file).toStdString());
+    return json::parse(in)["expect"];
+}
+
+QAction* actionNamed(MainWindow& w, const QString& name) { return w.findChild<QAction*>(name); }
+}  // namespace
+
+class TestStudioVerify : public QObject {
+    Q_OBJECT
+private slots:
+    void initTestCase() {
+        QStandardPaths::setTestModeEnabled(true);
+        QCoreApplication::setOrganizationName(QStringLiteral("TrainVerifyTests"));
+        QCoreApplication::setApplicationName(QStringLiteral("tst_studio_verify"));
+    }
+
+    // Every stage reports a result, the run finishes once, nothing is left queued or running, the
+    // progress bar ends full, and every drawn op of a proven plan is painted proven.
+    void verifyEmitsAResultForEveryStageAndFinishes_data() {
+        QTest::addColumn<QString>("file");
+        QTest::newRow("mlp-tp2") << "mlp-tp2.json";
+        QTest::newRow("mlp4-dp2-tp2-pp2") << "mlp4-dp2-tp2-pp2.json";
+        QTest::newRow("stored with repeats") << "llama3-l4-dp2-tp2-pp2-nm2-repeats.json";
+        QTest::newRow("stored lanes") << "mlp-dp2-pp2-nm4-lanes.json";
+    }
+    void verifyEmitsAResultForEveryStageAndFinishes() {
+        QFETCH(QString, file);
+        MainWindow w;
+        QVERIFY(openAndWait(w, example(file)));
+        auto* board = w.stageBoard();
+        QAbstractItemModelTester modelTester(board->model(), QAbstractItemModelTester::FailureReportingMode::QtTest);
+        QAbstractItemModelTester proxyTester(board->filter(), QAbstractItemModelTester::FailureReportingMode::QtTest);
+        const int stages = board->model()->rowCount();
+        QVERIFY(stages > 0);
+        QVERIFY(!board->model()->verified());
+        QCOMPARE(w.scene()->nodeStatus(0), -1);  // not verified: not coloured
+
+        QSignalSpy updates(w.verification(), &VerificationController::stagesUpdated);
+        QSignalSpy finished(w.verification(), &VerificationController::finished);
+        QVERIFY(verifyAndWait(w));
+        QCOMPARE(finished.count(), 1);
+        std::set<std::uint32_t> reported;
+        for (const auto& args : updates)
+            for (const auto& u : args.at(1).value<QVector<StageUpdate>>())
+                if (u.status != StageStatus::Running) reported.insert(u.stage);
+        QCOMPARE(static_cast<int>(reported.size()), stages);
+        auto report = w.report();
+        QVERIFY(report);
+        QCOMPARE(toString(report->verdict), toString(Verdict::Equivalent));
+        QCOMPARE(static_cast<int>(report->results.size()), stages);
+        QCOMPARE(board->model()->count(StageStatus::Equivalent), static_cast<std::uint32_t>(stages));
+        QCOMPARE(board->model()->done(), static_cast<std::uint32_t>(stages));
+        QCOMPARE(w.progressBar()->value(), w.progressBar()->maximum());
+        QVERIFY(!w.verifying());
+        QVERIFY(w.failurePanel()->headline().startsWith(QStringLiteral("EQUIVALENT")));
+        const auto& nodeStages = w.scene()->nodeStages();
+        int painted = 0;
+        for (int n = 0; n < w.scene()->nodeItemCount(); ++n) {
+            if (nodeStages[n].empty()) continue;
+            QCOMPARE(w.scene()->nodeStatus(n), static_cast<int>(StageStatus::Equivalent));
+            ++painted;
+        }
+        QVERIFY(painted > 0);
+    }
+
+    // Cancel (here from a worker, as the 2nd stage starts) ends the run inconclusive with the rest
+    // skipped; Verify is available again and a second run proves the plan.
+    void cancelStopsARunAndLeavesTheWindowUsable() {
+        MainWindow w;
+        QVERIFY(openAndWait(w, example(QStringLiteral("llama3-l4-dp2-tp2-pp2-nm2-repeats.json"))));
+        auto* verifyAction = actionNamed(w, QStringLiteral("verify"));
+        auto* cancelAction = actionNamed(w, QStringLiteral("cancelVerification"));
+        QVERIFY(verifyAction && cancelAction);
+        QCOMPARE(verifyAction->shortcut(), QKeySequence(Qt::Key_F5));
+        QVERIFY(!cancelAction->isEnabled());
+        VerifyOptions o;
+        o.jobs = 2;
+        std::atomic<int> starts{0};
+        auto* controller = w.verification();
+        o.onStageStart = [&starts, controller](std::uint32_t) {
+            if (++starts == 2) controller->cancel();
+        };
+        w.setVerifyOptions(o);
+        QSignalSpy done(&w, &MainWindow::verificationFinished);
+        verifyAction->trigger();
+        QVERIFY(w.verifying());
+        QVERIFY(cancelAction->isEnabled());
+        QVERIFY(done.wait(300000));
+        auto report = w.report();
+        QVERIFY(report);
+        QVERIFY(report->cancelled);
+        QCOMPARE(toString(report->verdict), toString(Verdict::Inconclusive));
+        QVERIFY(report->skipped > 0);
+        QVERIFY(!w.verifying());
+        QVERIFY(verifyAction->isEnabled());
+        QVERIFY(!cancelAction->isEnabled());
+        QCOMPARE(w.stageBoard()->model()->count(StageStatus::Queued) + w.stageBoard()->model()->count(StageStatus::Running), 0u);
+        QVERIFY(w.failurePanel()->headline().startsWith(QStringLiteral("INCONCLUSIVE")));
+
+        w.setVerifyOptions({});
+        QVERIFY(verifyAndWait(w));
+        QCOMPARE(toString(w.report()->verdict), toString(Verdict::Equivalent));
+        QVERIFY(!w.report()->cancelled);
+    }
+
+    // After a reload, a second F5 takes every proof from the first run: nothing is solved again.
+    void reloadReprovesOnlyChangedStages() {
+        MainWindow w;
+        const auto path = example(QStringLiteral("mlp4-dp2-tp2-pp2.json"));
+        QVERIFY(openAndWait(w, path));
+        QVERIFY(verifyAndWait(w));
+        QCOMPARE(w.report()->cachedStages, 0u);
+        QVERIFY(w.report()->uniqueStages > 0);
+        QVERIFY(openAndWait(w, path));  // File > Reload opens the file again
+        QVERIFY(!w.report());
+        QVERIFY(!w.stageBoard()->model()->verified());
+        QVERIFY(verifyAndWait(w));
+        QCOMPARE(toString(w.report()->verdict), toString(Verdict::Equivalent));
+        QCOMPARE(w.report()->cachedStages, static_cast<std::uint32_t>(w.report()->results.size()));
+        QCOMPARE(w.report()->uniqueStages, 0u);
+        const auto note = w.stageBoard()->model()->index(0, StageBoardModel::Note).data().toString();
+        QVERIFY2(note.contains(QStringLiteral("earlier run")), qPrintable(note));
+    }
+
+    // A buggy plan ends with its failing stage selected on the board, the failing op (the one its
+    // expect block names, on its rank) selected and marked, its logical counterpart marked, the
+    // other end marked where there is one, and the diagnosis naming op, rank and coordinates.
+    void buggyExampleSelectsFailingOpAndRank_data() {
+        QTest::addColumn<QString>("file");
+        QTest::addColumn<bool>("otherEnd");
+        QTest::newRow("tp all-reduce missing") << "mlp-tp2-missing-allreduce.json" << false;
+        QTest::newRow("dp average missing") << "mlp-dp2-missing-average.json" << false;
+        QTest::newRow("pp sends crossed") << "mlp-pp2-crossed-sendrecv.json" << true;
+    }
+    void buggyExampleSelectsFailingOpAndRank() {
+        QFETCH(QString, file);
+        QFETCH(bool, otherEnd);
+        const auto expect = expectOf(file);
+        const auto op = expect["failure"]["parallel_op"].get<std::string>();
+        const int rank = expect["failure"]["rank"].get<int>();
+        MainWindow w;
+        QVERIFY(openAndWait(w, example(file)));
+        QVERIFY(verifyAndWait(w));
+        auto report = w.report();
+        QCOMPARE(QString::fromStdString(std::string(toString(report->verdict))), QString::fromStdString(expect["verdict"].get<std::string>()));
+        QVERIFY(report->failure);
+        const auto& f = *report->failure;
+        QCOMPARE(f.parallelOp, op);
+        QCOMPARE(f.rank, rank);
+        // The board selects the failing stage.
+        QCOMPARE(w.stageBoard()->currentStage(), f.stage);
+        QCOMPARE(toString(w.stageBoard()->model()->status(f.stage)), toString(StageStatus::Failed));
+        // The failing op is selected and marked, on its rank.
+        auto* scene = w.scene();
+        const auto* l = scene->loaded();
+        const auto failing = scene->marked(NodeMark::FailingOp);
+        QCOMPARE(failing.size(), std::size_t(1));
+        const auto& node = l->view.nodes[failing.front()];
+        QCOMPARE(node.name, op);
+        QVERIFY(node.side == ViewSide::Parallel);
+        QCOMPARE(l->plan->parallel.homeRank(node.id), rank);
+        QCOMPARE(scene->selectedNode(), failing.front());
+        QCOMPARE(scene->nodeStatus(failing.front()), static_cast<int>(StageStatus::Failed));
+        // Its logical counterpart is marked.
+        const auto counterpart = scene->marked(NodeMark::Counterpart);
+        QVERIFY(!counterpart.empty());
+        for (int n : counterpart) QVERIFY(l->view.nodes[n].side == ViewSide::Logical);
+        if (!f.logicalOp.empty()) QCOMPARE(l->view.nodes[counterpart.front()].name, f.logicalOp);
+        // Both ends of a lane misalignment.
+        QCOMPARE(!scene->marked(NodeMark::OtherEnd).empty(), otherEnd);
+        // The diagnosis names the op, its rank and its coordinates.
+        const auto text = w.failurePanel()->text();
+        QVERIFY(w.failurePanel()->headline().startsWith(QStringLiteral("NOT EQUIVALENT")));
+        QVERIFY2(text.contains(QString::fromStdString(op)), qPrintable(text));
+        QVERIFY2(text.contains(QStringLiteral("rank")) && text.contains(QString::number(rank)), qPrintable(text));
+        QVERIFY2(text.contains(QStringLiteral("coordinates")), qPrintable(text));
+        QVERIFY2(text.contains(QStringLiteral("expected")) && text.contains(QStringLiteral("actual")), qPrintable(text));
+        // The marks survive a change of selection.
+        scene->selectNode(counterpart.front());
+        QVERIFY(scene->markOf(failing.front()) == NodeMark::FailingOp);
+    }
+
+    // The board sorts and filters by status and text; activating a row marks that stage's ops on
+    // both sides (what view.stageNodes lists for it).
+    void stageBoardSortsFiltersAndFocuses() {
+        MainWindow w;
+        QVERIFY(openAndWait(w, example(QStringLiteral("mlp-tp2-missing-allreduce.json"))));
+        QVERIFY(verifyAndWait(w));
+        auto* board = w.stageBoard();
+        auto* filter = board->filter();
+        const int all = board->model()->rowCount();
+        filter->setStatusFilter(static_cast<int>(StageStatus::Failed));
+        QCOMPARE(filter->rowCount(), 1);
+        QCOMPARE(filter->index(0, StageBoardModel::Proves).data().toString(), QStringLiteral("fc2"));
+        filter->setStatusFilter(static_cast<int>(StageStatus::Equivalent));
+        QCOMPARE(filter->rowCount(), all - 1);
+        filter->setStatusFilter(StageFilterModel::kNotProven);
+        QCOMPARE(filter->rowCount(), 0);
+        filter->setStatusFilter(-1);
+        filter->setTextFilter(QStringLiteral("bw"));
+        QVERIFY(filter->rowCount() > 0 && filter->rowCount() < all);
+        for (int r = 0; r < filter->rowCount(); ++r)
+            QVERIFY(filter->index(r, StageBoardModel::Proves).data().toString().contains(QStringLiteral("bw")));
+        filter->setTextFilter({});
+        // Sorting by time puts the slowest stage first when descending.
+        filter->sort(StageBoardModel::Seconds, Qt::DescendingOrder);
+        QVERIFY(filter->index(0, StageBoardModel::Seconds).data(StageBoardModel::SortRole).toDouble() >=
+                filter->index(all - 1, StageBoardModel::Seconds).data(StageBoardModel::SortRole).toDouble());
+        filter->sort(StageBoardModel::Id, Qt::AscendingOrder);
+        // Activating stage 0 marks its ops on both sides.
+        const auto* l = w.scene()->loaded();
+        board->table()->selectRow(0);
+        const auto focus = w.scene()->marked(NodeMark::Focus);
+        std::set<int> expected(l->view.stageNodes[0].begin(), l->view.stageNodes[0].end());
+        QCOMPARE(std::set<int>(focus.begin(), focus.end()), expected);
+        bool logical = false, parallel = false;
+        for (int n : focus) (l->view.nodes[n].side == ViewSide::Logical ? logical : parallel) = true;
+        QVERIFY(logical && parallel);
+        // The failure's marks stay while a stage is focused.
+        QCOMPARE(w.scene()->marked(NodeMark::FailingOp).size(), std::size_t(1));
+    }
+
+    // The exported JSON has the command line's shape (same keys, same verdict and failure); the
+    // HTML page is self-contained and names the failing op.
+    void exportsReportAsJsonAndHtml() {
+        MainWindow w;
+        const auto plan = example(QStringLiteral("mlp-tp2-missing-allreduce.json"));
+        QVERIFY(openAndWait(w, plan));
+        QTemporaryDir dir;
+        const auto jsonPath = dir.filePath(QStringLiteral("report.json"));
+        const auto htmlPath = dir.filePath(QStringLiteral("report.html"));
+        QVERIFY(!w.exportReport(jsonPath));  // nothing to export before a run
+        QVERIFY(verifyAndWait(w));
+        QVERIFY(w.exportReport(jsonPath));
+        QVERIFY(w.exportReport(htmlPath));
+        std::ifstream in(jsonPath.toStdString());
+        const auto mine = json::parse(in);
+        QProcess cli;
+        cli.start(QStringLiteral(TV_CLI), {QStringLiteral("verify"), plan, QStringLiteral("--json"), QStringLiteral("-")});
+        QVERIFY(cli.waitForFinished(120000));
+        QCOMPARE(cli.exitCode(), 1);
+        const auto theirs = json::parse(cli.readAllStandardOutput().toStdString());
+        auto keys = [](const json& j) {
+            std::set<std::string> k;
+            for (auto it = j.begin(); it != j.end(); ++it) k.insert(it.key());
+            return k;
+        };
+        QCOMPARE(keys(mine), keys(theirs));
+        QCOMPARE(keys(mine["stages"]), keys(theirs["stages"]));
+        QCOMPARE(keys(mine["failure"]), keys(theirs["failure"]));
+        QCOMPARE(mine["verdict"], theirs["verdict"]);
+        QCOMPARE(mine["failure"]["parallel_op"], theirs["failure"]["parallel_op"]);
+        QCOMPARE(mine["failure"]["rank"], theirs["failure"]["rank"]);
+        QCOMPARE(mine["stage_results"].size(), theirs["stage_results"].size());
+        for (std::size_t i = 0; i < mine["stage_results"].size(); ++i)
+            QCOMPARE(mine["stage_results"][i]["status"], theirs["stage_results"][i]["status"]);
+        QFile html(htmlPath);
+        QVERIFY(html.open(QIODevice::ReadOnly));
+        const QString page = QString::fromUtf8(html.readAll());
+        QVERIFY(page.startsWith(QStringLiteral("<!DOCTYPE html>")));
+        QVERIFY(page.contains(QStringLiteral("fc2@r0")));
+        QVERIFY(!page.contains(QStringLiteral("<script")));
+        QVERIFY(!page.contains(QStringLiteral("src=")));
+        QVERIFY(!page.contains(QStringLiteral("http")));
+    }
+};
+
+QTEST_MAIN(TestStudioVerify)
+#include "tst_studio_verify.moc"

@@ -1,0 +1,113 @@
+#include "verification_controller.hpp"
+
+#include <QFutureWatcher>
+#include <QtConcurrent/QtConcurrentRun>
+
+namespace tv::ui {
+
+VerificationController::VerificationController(QObject* parent) : QObject(parent) {
+    qRegisterMetaType<tv::ui::StageUpdate>();
+    qRegisterMetaType<std::shared_ptr<const tv::VerifyReport>>();
+    // The run spreads its stages over threads of its own; this pool only hosts the run itself
+    // (two, so a cancelled run still finishing never delays the next one).
+    pool_.setMaxThreadCount(2);
+    drainTimer_.setInterval(100);
+    connect(&drainTimer_, &QTimer::timeout, this, &VerificationController::drain);
+}
+
+VerificationController::~VerificationController() {
+    drainTimer_.stop();
+    {
+        std::lock_guard lock(mutex_);
+        pendingRun_ = 0;
+        if (run_) run_->cancel();
+    }
+    pool_.waitForDone();
+}
+
+quint64 VerificationController::start(std::shared_ptr<const Plan> plan, VerifyOptions options) {
+    const quint64 id = ++runId_;
+    {
+        std::lock_guard lock(mutex_);
+        if (run_) run_->cancel();
+        pending_.clear();
+        pendingRun_ = id;
+    }
+    auto userStart = options.onStageStart;
+    auto userDone = options.onStageDone;
+    // Updates of a superseded run are dropped where they are made.
+    options.onStageStart = [this, id, userStart](std::uint32_t stage) {
+        {
+            std::lock_guard lock(mutex_);
+            if (pendingRun_ == id) pending_.push_back({stage, StageStatus::Running, 0, false, kNone, {}});
+        }
+        if (userStart) userStart(stage);
+    };
+    options.onStageDone = [this, id, userDone](const StageResult& r) {
+        {
+            std::lock_guard lock(mutex_);
+            if (pendingRun_ == id)
+                pending_.push_back({r.stage, r.status, r.reduceSeconds + r.encodeSeconds + r.solveSeconds, r.cached, r.sameAs,
+                                    r.failure ? QString::fromLatin1(toString(r.failure->kind).data()) : QString()});
+        }
+        if (userDone) userDone(r);
+    };
+    options.proofs = &proofs_;
+    auto run = std::make_shared<VerificationRun>(*plan, std::move(options));
+    {
+        std::lock_guard lock(mutex_);
+        run_ = run;
+    }
+    running_ = true;
+    drainTimer_.start();
+    emit started(id);
+
+    auto* watcher = new QFutureWatcher<std::shared_ptr<const VerifyReport>>(this);
+    connect(watcher, &QFutureWatcherBase::finished, this, [this, watcher, id] {
+        auto report = watcher->result();
+        watcher->deleteLater();
+        if (id != runId_) return;  // superseded: a newer run owns the board
+        drain();
+        drainTimer_.stop();
+        running_ = false;
+        {
+            std::lock_guard lock(mutex_);
+            run_.reset();
+        }
+        emit finished(id, std::move(report));
+    });
+    watcher->setFuture(QtConcurrent::run(&pool_, [plan, run]() -> std::shared_ptr<const VerifyReport> {
+        try {
+            return std::make_shared<const VerifyReport>(run->run());
+        } catch (const std::exception& e) {
+            // Never lose the run silently: an engine error is an inconclusive report saying what.
+            auto r = std::make_shared<VerifyReport>();
+            r->verdict = Verdict::Inconclusive;
+            Failure f;
+            f.kind = FailureKind::Inconclusive;
+            f.message = std::string("the verifier stopped with an error: ") + e.what();
+            r->failure = f;
+            return r;
+        }
+    }));
+    return id;
+}
+
+void VerificationController::cancel() {
+    std::lock_guard lock(mutex_);
+    if (run_) run_->cancel();
+}
+
+void VerificationController::drain() {
+    std::vector<StageUpdate> batch;
+    quint64 id = 0;
+    {
+        std::lock_guard lock(mutex_);
+        batch.swap(pending_);
+        id = pendingRun_;
+    }
+    if (batch.empty() || id != runId_) return;
+    emit stagesUpdated(id, QVector<StageUpdate>(batch.begin(), batch.end()));
+}
+
+}  // namespace tv::ui
