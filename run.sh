@@ -17,7 +17,7 @@ echo "   On a desktop: ./build/app/trainverify-studio $plan   (or under Xvfb: xv
 echo "== Verifying $plan with the command line instead:"
 status=0
 ./build/app/trainverify verify "$plan" --stats || status=$?
-QT_QPA_PLATFORM=offscreen ./build/app/trainverify-studio "$plan" --screenshot studio.png 2>/dev/null \
-  && echo "== Saved a picture of the Studio on this plan to studio.png (rendered offscreen)."
+QT_QPA_PLATFORM=offscreen ./build/app/trainverify-studio "$plan" --verify --screenshot studio.png 2>/dev/null \
+  && echo "== Saved a picture of the Studio on this plan, verified, to studio.png (rendered offscreen)."
 echo "== exit code $status (0 equivalent, 1 not equivalent, 2 inconclusive, 3 invalid)"
 exit "$status"

@@ -3,10 +3,14 @@
 // set (offscreen or xcb).
 // Usage: studio-bench PLAN.json [--expand-rank R] [--expand-layer KEY]... (KEY as in ViewLayer::key,
 // e.g. "logical layers.3 forward" or "rank 0 mb 1 layers.3 backward"), applied in order.
+// --verify [JOBS]: then press F5 and measure the run as the user sees it (F5 to verdict, the
+// event loop's lateness meanwhile, the batches of results, panning during the run, F5 again
+// with every proof cached, and for a failing plan the time until the failing op is shown).
 #include <QApplication>
 #include <QElapsedTimer>
 #include <QScrollBar>
 #include <QSignalSpy>
+#include <QTimer>
 
 #include <algorithm>
 #include <cstdio>
@@ -14,6 +18,7 @@
 
 #include "graph_view.hpp"
 #include "main_window.hpp"
+#include "verification_controller.hpp"
 
 int main(int argc, char** argv) {
     QApplication app(argc, argv);
@@ -25,7 +30,12 @@ int main(int argc, char** argv) {
     }
     std::vector<std::pair<QString, QString>> steps;
     QString grab;  // --grab FILE.png: the window after the steps, at the start view
+    int verifyJobs = -1;  // --verify JOBS (0: one per hardware thread)
     for (int i = 2; i + 1 < args.size(); i += 2) {
+        if (args[i] == QStringLiteral("--verify")) {
+            verifyJobs = args[i + 1].toInt();
+            continue;
+        }
         if (args[i] == QStringLiteral("--grab")) {
             grab = args[i + 1];
             continue;
@@ -101,5 +111,64 @@ int main(int argc, char** argv) {
     measure("at fit");
     w.view()->zoomActual();
     measure("at 100 %");
+    if (verifyJobs < 0) return 0;
+
+    // F5 as the user presses it; a 16 ms timer on the GUI thread measures how late the event
+    // loop runs while the workers solve.
+    tv::VerifyOptions vo;
+    vo.jobs = static_cast<unsigned>(verifyJobs);
+    w.setVerifyOptions(vo);
+    auto runOnce = [&](const char* what) -> bool {
+        std::vector<double> lateness;
+        int batches = 0;
+        auto c1 = QObject::connect(w.verification(), &tv::ui::VerificationController::stagesUpdated, &w, [&] { ++batches; });
+        QElapsedTimer tick;
+        QTimer timer;
+        timer.setInterval(16);
+        QObject::connect(&timer, &QTimer::timeout, [&] {
+            const double ms = static_cast<double>(tick.nsecsElapsed()) / 1e6;
+            lateness.push_back(std::max(0.0, ms - 16.0));
+            tick.restart();
+        });
+        QSignalSpy done(&w, &tv::ui::MainWindow::verificationFinished);
+        QElapsedTimer run;
+        run.start();
+        tick.start();
+        timer.start();
+        w.verify();
+        if (!done.wait(3600000)) return false;
+        const double ms = static_cast<double>(run.nsecsElapsed()) / 1e6;
+        timer.stop();
+        QObject::disconnect(c1);
+        std::sort(lateness.begin(), lateness.end());
+        const auto r = w.report();
+        std::printf("verify %s: F5 to verdict %.0f ms (%s; %zu stages, %u solved, %u cached, %u jobs), %d batches of results; "
+                    "event loop late by median %.1f ms, p95 %.1f ms, max %.1f ms\n",
+                    what, ms, std::string(tv::headline(r->verdict)).c_str(), r->results.size(), r->uniqueStages, r->cachedStages, r->jobs,
+                    batches, lateness.empty() ? 0.0 : lateness[lateness.size() / 2], lateness.empty() ? 0.0 : lateness[lateness.size() * 95 / 100],
+                    lateness.empty() ? 0.0 : lateness.back());
+        if (r->failure) {
+            // Showing the failing op can take re-layouts (expanding what folds it).
+            QElapsedTimer shown;
+            shown.start();
+            while (w.scene()->selectedNode() < 0 && shown.elapsed() < 60000) QCoreApplication::processEvents(QEventLoop::AllEvents, 20);
+            const int node = w.scene()->selectedNode();
+            std::printf("  failing op shown after a further %.0f ms: %s (%s at %s, rank %d)\n", static_cast<double>(shown.nsecsElapsed()) / 1e6,
+                        node >= 0 ? w.scene()->loaded()->view.nodes[node].name.c_str() : "(not shown)",
+                        std::string(tv::toString(r->failure->kind)).c_str(), r->failure->parallelOp.c_str(), r->failure->rank);
+        }
+        return true;
+    };
+    if (!runOnce("(first run)")) return 3;
+    // Panning while a run is in progress: the workers compete with painting for the CPU.
+    {
+        QSignalSpy done(&w, &tv::ui::MainWindow::verificationFinished);
+        w.verification()->proofs().clear();
+        w.verify();
+        measure("during verification");
+        done.wait(3600000);
+    }
+    if (!runOnce("(again, proofs cached)")) return 3;
+    std::printf("peak memory: %.0f MiB\n", static_cast<double>(tv::peakMemoryKb()) / 1024.0);
     return 0;
 }
