@@ -49,6 +49,8 @@ verify   Cuts the plan into stages from its lineage, reduces shapes, checks ever
            --json FILE       also write the JSON report to FILE ("-": standard output only)
            --html FILE       also write the report as one self-contained HTML page
            --stats           print time per phase, stages per second and peak memory
+           --trace           with --json: the failing stage replayed op by op (values of every
+                             tensor on both sides, the lineage checks, the divergence)
            --no-reduce       check every stage at full shapes (slow; for cross-checking)
            --no-reuse        check every stage, even those isomorphic to a proven one
          With --logical and --parallel, verifies a pair of nnScaler execution plans (pickled
@@ -164,6 +166,8 @@ int cmdVerify(const std::vector<std::string>& args) {
             htmlOut = *v;
         } else if (a == "--stats") {
             stats = true;
+        } else if (a == "--trace") {
+            opts.check.keepTrace = true;
         } else if (a == "--no-reuse") {
             opts.reuseIsomorphic = false;
         } else if (a == "--no-reduce") {

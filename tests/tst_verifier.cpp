@@ -389,6 +389,72 @@ private slots:
         }
     }
 
+    // With keepTrace, a counterexample carries its stage replayed op by op: the parallel steps are
+    // the stage's parallel ops in topological order, the divergence is the op the diagnosis names,
+    // and the failing lineage check there has the diagnosis's expected and actual values.
+    void traceFollowsTopologicalOrderAndMarksDivergence_data() {
+        QTest::addColumn<QString>("file");
+        QTest::addColumn<bool>("misaligned");
+        QTest::newRow("tp all-reduce missing") << "mlp-tp2-missing-allreduce.json" << false;
+        QTest::newRow("dp average missing") << "mlp-dp2-missing-average.json" << false;
+        QTest::newRow("pp sends crossed") << "mlp-pp2-crossed-sendrecv.json" << true;
+    }
+    void traceFollowsTopologicalOrderAndMarksDivergence() {
+        QFETCH(QString, file);
+        QFETCH(bool, misaligned);
+        auto plan = loadPlan(loadJson(file.toStdString()));
+        VerifyOptions o;
+        o.jobs = 2;
+        QVERIFY(!verifyPlan(*plan, o).failure->trace);  // only when asked for
+        o.check.keepTrace = true;
+        auto r = verifyPlan(*plan, o);
+        QVERIFY(r.failure);
+        QVERIFY(r.failure->trace);
+        const auto& f = *r.failure;
+        const auto& t = *f.trace;
+        const auto& stage = r.stagePlan.stages[f.stage];
+        QCOMPARE(t.parallel.size(), stage.parallelOps.size());
+        for (std::size_t i = 0; i < t.parallel.size(); ++i) {
+            QCOMPARE(t.parallel[i].op, plan->opName(plan->parallel, stage.parallelOps[i]));
+            QCOMPARE(t.parallel[i].rank, plan->parallel.homeRank(stage.parallelOps[i]));
+            QVERIFY(!t.parallel[i].outputs.empty());
+            if (i > 0) QVERIFY(plan->parallel.topoIndex[stage.parallelOps[i - 1]] < plan->parallel.topoIndex[stage.parallelOps[i]]);
+        }
+        QCOMPARE(t.logical.size(), stage.logicalOps.size());
+        QVERIFY(t.divergence >= 0 && t.divergence < static_cast<int>(t.parallel.size()));
+        const auto& div = t.parallel[static_cast<std::size_t>(t.divergence)];
+        // The op completing the broken copy; for a lane misalignment the diagnosis names the op
+        // reading the other lane, which the trace marks separately.
+        if (misaligned) {
+            QVERIFY(t.misaligned >= 0);
+            QCOMPARE(t.parallel[static_cast<std::size_t>(t.misaligned)].op, f.parallelOp);
+        } else {
+            QCOMPARE(div.op, f.parallelOp);
+            QCOMPARE(t.misaligned, -1);
+        }
+        bool failingCheck = false;
+        for (const auto& c : div.checks)
+            if (!c.holds) {
+                failingCheck = true;
+                QCOMPARE(c.expected, f.expected);
+                QCOMPARE(c.actual, f.actual);
+                QCOMPARE(c.element, f.element);
+            }
+        QVERIFY(failingCheck);
+        // No step before the divergence completes a failing copy.
+        for (int i = 0; i < t.divergence; ++i)
+            for (const auto& c : t.parallel[static_cast<std::size_t>(i)].checks) QVERIFY(c.holds);
+        // Every parallel step stands beside a logical step of the stage (a glue stage has none).
+        for (const auto& s : t.parallel)
+            QVERIFY(t.logical.empty() ? s.logical == -1 : s.logical >= 0 && s.logical < static_cast<int>(t.logical.size()));
+        QCOMPARE(t.assumptions.empty(), stage.inputs.empty());
+        const auto j = f.toJson();
+        QVERIFY(j.contains("trace"));
+        QCOMPARE(j["trace"]["parallel"].size(), t.parallel.size());
+        QCOMPARE(j["trace"]["divergence"].get<int>(), t.divergence);
+        QVERIFY(reportToHtml(r).find("(divergence)") != std::string::npos);
+    }
+
     // The HTML report is one page with everything inline: the verdict, the diagnosis with its
     // values, and a row per stage; text is escaped.
     void htmlReportIsSelfContained() {

@@ -1,6 +1,9 @@
 #include "verify/check.hpp"
 
+#include <cctype>
 #include <chrono>
+#include <map>
+#include <memory>
 #include <unordered_map>
 #include <unordered_set>
 #include <numeric>
@@ -661,8 +664,147 @@ private:
         f.logical.back().shape = reducedBox(best.slice->box, rec.logical).extent();
         f.logical.back().fullShape = best.slice->box.extent();
         for (const auto& t : *best.copy) f.parallel.push_back(valuesOf(m, P_, t.tensor, pVal_.at(t.tensor)));
+        if (opts_.keepTrace) f.trace = buildTrace(m, best.op, f);
         result_.status = StageStatus::Failed;
         result_.failure = f;
+    }
+
+    /// "fc2@r0~mb1~dp1", "fc2.mb1@r0" -> "fc2": the name a parallel op shares with its logical op.
+    static std::string undecorated(std::string_view name) {
+        std::string s(name.substr(0, name.find('~')));
+        auto strip = [&](std::string_view tag) {
+            for (std::size_t at = s.find(tag); at != std::string::npos; at = s.find(tag, at)) {
+                std::size_t end = at + tag.size();
+                while (end < s.size() && std::isdigit(static_cast<unsigned char>(s[end]))) ++end;
+                if (end == at + tag.size()) {
+                    at = end;
+                    continue;
+                }
+                s.erase(at, end - at);
+            }
+        };
+        strip("@r");
+        strip(".mb");
+        return s;
+    }
+
+    /// Every op of the stage on both sides, in topological order, with the model's values of its
+    /// inputs and outputs; the lineage copies of the stage's output record, each at the op that
+    /// completes it, with whether it holds; and the divergence (the op `locate` named).
+    std::shared_ptr<const StageTrace> buildTrace(const z3::model& m, OpId failingOp, const Failure& f) const {
+        auto trace = std::make_shared<StageTrace>();
+        const auto& reg = OpRegistry::instance();
+        auto stepOf = [&](const Graph& g, OpId op, bool parallel, const std::unordered_map<TensorId, SymValue>& vals) {
+            TraceStep s;
+            s.parallel = parallel;
+            s.op = plan_.opName(g, op);
+            s.kind = std::string(reg.spec(g.ops[op].kind).name);
+            if (reg.spec(g.ops[op].kind).summary.find("uninterpreted") != std::string_view::npos) trace->uninterpreted = true;
+            if (parallel) {
+                s.rank = g.homeRank(op);
+                s.microbatch = g.ops[op].microbatch;
+            }
+            for (auto t : g.inputs(op))
+                if (auto it = vals.find(t); it != vals.end()) s.inputs.push_back(valuesOf(m, g, t, it->second));
+            for (auto t : g.outputs(op))
+                if (auto it = vals.find(t); it != vals.end()) s.outputs.push_back(valuesOf(m, g, t, it->second));
+            return s;
+        };
+        for (auto op : stage_.logicalOps) trace->logical.push_back(stepOf(L_, op, false, lVal_));
+        std::unordered_map<OpId, int> parallelStep;
+        for (auto op : stage_.parallelOps) {
+            parallelStep[op] = static_cast<int>(trace->parallel.size());
+            trace->parallel.push_back(stepOf(P_, op, true, pVal_));
+        }
+        // Lock-step: a parallel op sits beside the logical op of its name; failing that, the k-th
+        // op of its kind on its rank beside the k-th logical op of that kind; a communication op
+        // beside what its rank computed last.
+        std::unordered_map<std::string, int> logicalByName;
+        std::unordered_map<std::string, std::vector<int>> logicalByKind;
+        for (std::size_t i = 0; i < trace->logical.size(); ++i) {
+            logicalByName.emplace(trace->logical[i].op, static_cast<int>(i));
+            logicalByKind[trace->logical[i].kind].push_back(static_cast<int>(i));
+        }
+        std::map<std::pair<std::int32_t, std::string>, std::size_t> seenKind;
+        std::unordered_map<std::int32_t, int> lastOnRank;
+        for (std::size_t i = 0; i < trace->parallel.size(); ++i) {
+            auto& s = trace->parallel[i];
+            if (auto it = logicalByName.find(undecorated(s.op)); it != logicalByName.end()) {
+                s.logical = it->second;
+            } else if (auto k = logicalByKind.find(s.kind); k != logicalByKind.end()) {
+                auto n = seenKind[{s.rank, s.kind}]++;
+                if (n < k->second.size()) s.logical = k->second[n];
+            }
+            if (s.logical < 0)
+                if (auto it = lastOnRank.find(s.rank); it != lastOnRank.end()) s.logical = it->second;
+            // A collective moving what another rank computed: beside what its input's producer is.
+            if (s.logical < 0)
+                for (auto in : P_.inputs(stage_.parallelOps[i]))
+                    if (auto prod = P_.tensors[in].producer; prod != kNone)
+                        if (auto it = parallelStep.find(prod); it != parallelStep.end() && trace->parallel[it->second].logical >= 0)
+                            s.logical = trace->parallel[it->second].logical;
+            if (s.logical >= 0) lastOnRank[s.rank] = s.logical;
+        }
+        // The claims: inputs assumed, the output's copies checked where they are complete.
+        auto copyText = [&](const std::vector<LineageTerm>& c) {
+            std::string text;
+            for (const auto& t : c) {
+                if (!text.empty()) text += " + ";
+                if (!t.coeff.isOne()) text += t.coeff.toString() + "*";
+                text += plan_.tensorName(P_, t.tensor);
+            }
+            return text;
+        };
+        for (auto r : stage_.inputs) {
+            const auto& rec = plan_.lineage[r];
+            for (const auto& s : rec.slices)
+                for (const auto& c : s.copies)
+                    trace->assumptions.push_back(plan_.tensorName(L_, rec.logical) + s.box.toString() + " == " + copyText(c));
+        }
+        const auto& rec = plan_.lineage[stage_.output];
+        const auto& ts = lVal_.at(rec.logical);
+        for (const auto& s : rec.slices) {
+            auto offs = boxOffsets(ts.shape, reducedBox(s.box, rec.logical));
+            for (const auto& c : s.copies) {
+                LineageCheck check;
+                check.relation = plan_.tensorName(L_, rec.logical) + s.box.toString() + " == " + copyText(c);
+                for (std::size_t e = 0; e < offs.size() && check.holds; ++e) {
+                    std::string actual;
+                    bool ok = true;
+                    if (ts.isInt) {
+                        ok = pVal_.at(c[0].tensor).iv[e] == ts.iv[offs[e]];
+                        actual = std::to_string(pVal_.at(c[0].tensor).iv[e]);
+                    } else {
+                        std::vector<z3::expr> terms;
+                        for (const auto& t : c) terms.push_back(alg_.mul(alg_.num(t.coeff), pVal_.at(t.tensor).v[e]));
+                        auto sum = alg_.sum(terms);
+                        ok = !m.eval(ts.v[offs[e]] == sum, true).is_false();
+                        if (!ok) actual = value(m, sum);
+                    }
+                    if (ok) continue;
+                    check.holds = false;
+                    check.element = indexString(unravel(offs[e], ts.shape));
+                    check.expected = ts.isInt ? std::to_string(ts.iv[offs[e]]) : value(m, ts.v[offs[e]]);
+                    check.actual = actual;
+                }
+                // At the op completing the copy: its terms' last producer inside the stage.
+                int at = -1;
+                for (const auto& t : c)
+                    if (auto op = P_.tensors[t.tensor].producer; op != kNone)
+                        if (auto it = parallelStep.find(op); it != parallelStep.end()) at = std::max(at, it->second);
+                if (at < 0 && !trace->parallel.empty()) at = static_cast<int>(trace->parallel.size()) - 1;
+                if (at >= 0) trace->parallel[at].checks.push_back(std::move(check));
+            }
+        }
+        if (auto it = parallelStep.find(failingOp); failingOp != kNone && it != parallelStep.end()) trace->divergence = it->second;
+        if (trace->divergence < 0)
+            for (std::size_t i = 0; i < trace->parallel.size() && trace->divergence < 0; ++i)
+                for (const auto& c : trace->parallel[i].checks)
+                    if (!c.holds) trace->divergence = static_cast<int>(i);
+        if (f.kind == FailureKind::LaneMisalignment)
+            for (std::size_t i = 0; i < trace->parallel.size(); ++i)
+                if (trace->parallel[i].op == f.parallelOp) trace->misaligned = static_cast<int>(i);
+        return trace;
     }
 };
 

@@ -41,6 +41,8 @@ struct StageResult {
 struct CheckOptions {
     unsigned timeoutMs = 60000;          ///< per solver query; 0 = none
     bool reduceShapes = true;
+    /// On a counterexample, replay the stage op by op under the same model (Failure::trace).
+    bool keepTrace = false;
 };
 
 /// Registers the running context so another thread can interrupt it (cancellation).

@@ -44,6 +44,7 @@ nlohmann::json Failure::toJson() const {
         {"message", message},
     };
     if (!otherEnd.empty()) j["other_end"] = otherEnd;
+    if (trace) j["trace"] = trace->toJson();
     if (!otherEndTensor.empty()) j["other_end_tensor"] = {{"side", otherEndLogical ? "logical" : "parallel"}, {"tensor", otherEndTensor}};
     auto list = [](const std::vector<TensorValues>& v) {
         nlohmann::json a = nlohmann::json::array();
@@ -121,6 +122,44 @@ std::string Failure::toText() const {
         os << "  " << tensor << (element.empty() ? "" : element) << ": expected " << expected << ", actual " << actual << "\n";
     }
     return os.str();
+}
+
+nlohmann::json TraceStep::toJson() const {
+    nlohmann::json j = {{"side", parallel ? "parallel" : "logical"}, {"op", op}, {"kind", kind}};
+    if (rank >= 0) j["rank"] = rank;
+    if (microbatch >= 0) j["microbatch"] = microbatch;
+    auto list = [](const std::vector<TensorValues>& v) {
+        nlohmann::json a = nlohmann::json::array();
+        for (const auto& t : v) a.push_back(t.toJson());
+        return a;
+    };
+    j["inputs"] = list(inputs);
+    j["outputs"] = list(outputs);
+    if (!checks.empty()) {
+        nlohmann::json c = nlohmann::json::array();
+        for (const auto& k : checks) {
+            nlohmann::json x = {{"relation", k.relation}, {"holds", k.holds}};
+            if (!k.holds) {
+                x["element"] = k.element;
+                x["expected"] = k.expected;
+                x["actual"] = k.actual;
+            }
+            c.push_back(std::move(x));
+        }
+        j["checks"] = std::move(c);
+    }
+    if (logical >= 0) j["logical_step"] = logical;
+    return j;
+}
+
+nlohmann::json StageTrace::toJson() const {
+    nlohmann::json l = nlohmann::json::array(), p = nlohmann::json::array();
+    for (const auto& s : logical) l.push_back(s.toJson());
+    for (const auto& s : parallel) p.push_back(s.toJson());
+    nlohmann::json j = {{"logical", std::move(l)}, {"parallel", std::move(p)}, {"assumptions", assumptions}, {"divergence", divergence}};
+    if (misaligned >= 0) j["misaligned"] = misaligned;
+    if (uninterpreted) j["uninterpreted"] = true;
+    return j;
 }
 
 }  // namespace tv

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -39,6 +40,38 @@ struct TensorValues {
     nlohmann::json toJson() const;
 };
 
+/// One lineage claim checked at a stage's end: a copy of a logical slice, and whether the
+/// counterexample's values satisfy it.
+struct LineageCheck {
+    std::string relation;                 ///< e.g. "logits[0:8, 0:4] == logits@r0"
+    bool holds = true;
+    std::string element, expected, actual;  ///< the first wrong element (reduced coordinates), when it fails
+};
+
+/// One op of a failing stage with the counterexample's values of what it reads and writes.
+struct TraceStep {
+    bool parallel = true;
+    std::string op, kind;
+    std::int32_t rank = -1, microbatch = -1;
+    std::vector<TensorValues> inputs, outputs;
+    std::vector<LineageCheck> checks;     ///< the lineage copies this op completes (it is their last producer)
+    int logical = -1;                     ///< parallel steps: the logical step shown beside it (-1: none)
+    nlohmann::json toJson() const;
+};
+
+/// A failing stage replayed under the solver's counterexample, op by op in topological order on
+/// both sides: what Next/Previous walk in the Studio and `verify --trace` prints.
+struct StageTrace {
+    std::vector<TraceStep> logical, parallel;
+    std::vector<std::string> assumptions;  ///< the stage's input lineage, true by assumption
+    int divergence = -1;                   ///< parallel step whose output first breaks its lineage
+    int misaligned = -1;                   ///< parallel step reading another microbatch (lane misalignment)
+    /// exp, log, pow with a fractional exponent... are uninterpreted: their values are the solver's
+    /// choice, consistent but not the real function's.
+    bool uninterpreted = false;
+    nlohmann::json toJson() const;
+};
+
 struct Failure {
     FailureKind kind = FailureKind::Counterexample;
     std::uint32_t stage = kNone;          ///< stage id, kNone for plan-level failures
@@ -59,6 +92,9 @@ struct Failure {
     std::string otherEnd;                 ///< dataflow broken: the other end of the problem
     std::string otherEndTensor;           ///< the other end's tensor, by name (for highlighting)
     bool otherEndLogical = false;         ///< whether otherEndTensor is a logical tensor (else parallel)
+    /// The stage replayed op by op (CheckOptions::keepTrace, counterexamples only). Shared: a
+    /// failure is copied into reports; the trace is immutable once made.
+    std::shared_ptr<const StageTrace> trace;
 
     nlohmann::json toJson() const;
     /// Alive2-like text: the headline, then Example / Logical / Parallel / Expected vs Actual.

@@ -76,6 +76,39 @@ void failureSection(std::ostringstream& os, const Failure& f, const char* headin
     valuesTable(os, "Example (stage inputs)", f.example);
     valuesTable(os, "Logical", f.logical);
     valuesTable(os, "Parallel", f.parallel);
+    if (!f.trace) return;
+    // The failing stage op by op; the divergence row is marked.
+    const auto& t = *f.trace;
+    auto values = [](const std::vector<TensorValues>& v) {
+        std::string out;
+        for (const auto& x : v) {
+            std::string vals;
+            for (std::size_t i = 0; i < x.values.size(); ++i) vals += (i ? ", " : "") + x.values[i];
+            out += "<code>" + htmlEscape(x.name) + "</code> = [" + htmlEscape(vals) + "]<br>";
+        }
+        return out;
+    };
+    os << "<h3>The stage, op by op</h3>\n";
+    if (!t.assumptions.empty()) {
+        os << "<p class=\"muted\">Assumed (proven by earlier stages): ";
+        for (std::size_t i = 0; i < t.assumptions.size(); ++i) os << (i ? "; " : "") << "<code>" << htmlEscape(t.assumptions[i]) << "</code>";
+        os << "</p>\n";
+    }
+    if (t.uninterpreted) os << "<p class=\"muted\">Values of exp, log and other uninterpreted functions are the solver's choice.</p>\n";
+    os << "<table><tr><th>#</th><th>parallel op</th><th>rank</th><th>microbatch</th><th>beside logical op</th><th>outputs</th><th>lineage checked</th></tr>\n";
+    for (std::size_t i = 0; i < t.parallel.size(); ++i) {
+        const auto& s = t.parallel[i];
+        const bool div = static_cast<int>(i) == t.divergence;
+        os << "<tr" << (div ? " class=\"failed divergence\"" : "") << "><td>" << i << (div ? " (divergence)" : "") << "</td><td><code>" << htmlEscape(s.op)
+           << "</code> " << htmlEscape(s.kind) << "</td><td>" << (s.rank >= 0 ? std::to_string(s.rank) : "") << "</td><td>"
+           << (s.microbatch >= 0 ? std::to_string(s.microbatch) : "") << "</td><td>"
+           << (s.logical >= 0 ? "<code>" + htmlEscape(t.logical[static_cast<std::size_t>(s.logical)].op) + "</code>" : std::string()) << "</td><td class=\"values\">"
+           << values(s.outputs) << "</td><td>";
+        for (const auto& c : s.checks)
+            os << "<code>" << htmlEscape(c.relation) << "</code> " << (c.holds ? "holds" : "fails at " + htmlEscape(c.element) + ": expected " + htmlEscape(c.expected) + ", actual " + htmlEscape(c.actual)) << "<br>";
+        os << "</td></tr>\n";
+    }
+    os << "</table>\n";
 }
 
 void stageRow(std::ostringstream& os, const VerifyReport& r, const StageResult& res) {
