@@ -8,7 +8,9 @@
 #include <QAbstractItemModelTester>
 #include <QAction>
 #include <QProcess>
+#include <QClipboard>
 #include <QProgressBar>
+#include <QPushButton>
 #include <QSignalSpy>
 #include <QStandardPaths>
 #include <QTableView>
@@ -227,6 +229,61 @@ private slots:
         QVERIFY(scene->markOf(failing.front()) == NodeMark::FailingOp);
     }
 
+    // The stepper opens at the divergence; from the first op, Next visits the stage's parallel ops
+    // in topological order and stops at the divergence (unless told to walk past it). Each step
+    // marks its op on the graph and offers its tensors' values, which copy as text and as JSON.
+    void steppingVisitsOpsInOrderAndStopsAtDivergence_data() {
+        QTest::addColumn<QString>("file");
+        QTest::addColumn<QStringList>("visited");
+        QTest::addColumn<int>("steps");
+        QTest::newRow("tp all-reduce missing") << "mlp-tp2-missing-allreduce.json" << QStringList{"fc2@r0"} << 2;
+        QTest::newRow("dp average missing") << "mlp-dp2-missing-average.json" << QStringList{"dw2_allreduce"} << 1;
+        QTest::newRow("pp sends crossed") << "mlp-pp2-crossed-sendrecv.json" << QStringList{"act.mb0@r0", "act.mb1@r0", "send_a.mb0"} << 4;
+    }
+    void steppingVisitsOpsInOrderAndStopsAtDivergence() {
+        QFETCH(QString, file);
+        QFETCH(QStringList, visited);
+        QFETCH(int, steps);
+        MainWindow w;
+        QVERIFY(openAndWait(w, example(file)));
+        QVERIFY(verifyAndWait(w));
+        auto* panel = w.failurePanel();
+        QVERIFY(panel->trace());
+        const auto* trace = panel->trace();
+        QCOMPARE(static_cast<int>(trace->parallel.size()), steps);
+        QCOMPARE(panel->step(), trace->divergence);
+        QVERIFY(panel->stepText().contains(QStringLiteral("first divergence")));
+        QVERIFY(panel->stepText().contains(QStringLiteral("fails")));
+        QSignalSpy stepped(panel, &FailurePanel::stepChanged);
+        panel->first();
+        while (panel->canNext()) panel->next();
+        QStringList seen;
+        for (const auto& args : stepped) seen << args.at(0).toString();
+        QCOMPARE(seen, visited);
+        QCOMPARE(panel->step(), trace->divergence);
+        panel->next();  // stays at the divergence
+        QCOMPARE(panel->step(), trace->divergence);
+        panel->setWalkPastDivergence(true);
+        QCOMPARE(panel->canNext(), trace->divergence + 1 < steps);
+        // The step's op is marked on the graph.
+        const auto* l = w.scene()->loaded();
+        bool marked = false;
+        for (int n : w.scene()->marked(NodeMark::Focus)) marked = marked || l->view.nodes[n].name == visited.last().toStdString();
+        for (int n : w.scene()->marked(NodeMark::FailingOp)) marked = marked || l->view.nodes[n].name == visited.last().toStdString();
+        QVERIFY(marked);
+        // Its tensors: the parallel output first, with the logical one beside it.
+        const auto choices = panel->tensorChoices();
+        QVERIFY(!choices.isEmpty());
+        QVERIFY(choices.first().startsWith(QStringLiteral("parallel out")));
+        QVERIFY(panel->valuesModel()->rowCount() * panel->valuesModel()->columnCount() >= 1);
+        const auto json = nlohmann::json::parse(panel->copyJson().toStdString());
+        QVERIFY(json.contains("values"));
+        QVERIFY(panel->copyText().startsWith(QString::fromStdString(json["name"].get<std::string>())));
+        for (auto* b : panel->findChildren<QPushButton*>())
+            if (b->text() == QStringLiteral("Copy as JSON")) b->click();
+        QCOMPARE(QGuiApplication::clipboard()->text(), panel->copyJson());
+    }
+
     // The board sorts and filters by status and text; activating a row marks that stage's ops on
     // both sides (what view.stageNodes lists for it).
     void stageBoardSortsFiltersAndFocuses() {
@@ -267,7 +324,8 @@ private slots:
         QCOMPARE(w.scene()->marked(NodeMark::FailingOp).size(), std::size_t(1));
     }
 
-    // The exported JSON has the command line's shape (same keys, same verdict and failure); the
+    // The exported JSON has the command line's shape (`verify --trace --json`: same keys, same
+    // verdict and failure, the failing stage's trace); the
     // HTML page is self-contained and names the failing op.
     void exportsReportAsJsonAndHtml() {
         MainWindow w;
@@ -283,7 +341,7 @@ private slots:
         std::ifstream in(jsonPath.toStdString());
         const auto mine = json::parse(in);
         QProcess cli;
-        cli.start(QStringLiteral(TV_CLI), {QStringLiteral("verify"), plan, QStringLiteral("--json"), QStringLiteral("-")});
+        cli.start(QStringLiteral(TV_CLI), {QStringLiteral("verify"), plan, QStringLiteral("--trace"), QStringLiteral("--json"), QStringLiteral("-")});
         QVERIFY(cli.waitForFinished(120000));
         QCOMPARE(cli.exitCode(), 1);
         const auto theirs = json::parse(cli.readAllStandardOutput().toStdString());
@@ -298,6 +356,7 @@ private slots:
         QCOMPARE(mine["verdict"], theirs["verdict"]);
         QCOMPARE(mine["failure"]["parallel_op"], theirs["failure"]["parallel_op"]);
         QCOMPARE(mine["failure"]["rank"], theirs["failure"]["rank"]);
+        QCOMPARE(mine["failure"]["trace"]["divergence"], theirs["failure"]["trace"]["divergence"]);
         QCOMPARE(mine["stage_results"].size(), theirs["stage_results"].size());
         for (std::size_t i = 0; i < mine["stage_results"].size(); ++i)
             QCOMPARE(mine["stage_results"][i]["status"], theirs["stage_results"][i]["status"]);

@@ -257,7 +257,12 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     QSettings s;
     restoreGeometry(s.value(QStringLiteral("window/geometry")).toByteArray());
     restoreState(s.value(QStringLiteral("window/state")).toByteArray());
-    if (!s.contains(QStringLiteral("window/geometry"))) resize(1400, 860);
+    if (!s.contains(QStringLiteral("window/geometry"))) {
+        resize(1400, 860);
+        // The graphs get most of the height; the stage board and the diagnosis share the rest.
+        auto* stages = findChild<QDockWidget*>(QStringLiteral("stages"));
+        if (stages) resizeDocks({stages}, {250}, Qt::Vertical);
+    }
     applyTheme(s.value(QStringLiteral("view/dark"), false).toBool());
     scene_->setShowAllLineage(s.value(QStringLiteral("view/allLineage"), true).toBool());
     rebuildRecentMenu();
@@ -412,6 +417,10 @@ void MainWindow::buildVerification() {
         const auto marks = scene_->marked(NodeMark::FailingOp);
         if (!marks.empty()) view_->centerOnItem(scene_->itemForNode(marks.front()));
     });
+    menu->addAction(tr("&Next Step"), QKeySequence(Qt::Key_F10), failurePanel_, &FailurePanel::next);
+    menu->addAction(tr("&Previous Step"), QKeySequence(Qt::SHIFT | Qt::Key_F10), failurePanel_, &FailurePanel::previous);
+    menu->addAction(tr("Go to &Divergence"), QKeySequence(Qt::Key_F9), failurePanel_, &FailurePanel::goToDivergence);
+    connect(failurePanel_, &FailurePanel::stepChanged, this, &MainWindow::showStep);
     menu->addSeparator();
     exportJsonAction_ = menu->addAction(tr("Export Report as &JSON..."), this, [this] {
         auto path = QFileDialog::getSaveFileName(this, tr("Export Report"), QString(), tr("JSON (*.json)"));
@@ -447,6 +456,7 @@ void MainWindow::verify() {
     progress_->setValue(0);
     failurePanel_->showRunning();
     auto options = verifyOptions_;
+    options.check.keepTrace = true;  // the stepper replays a failing stage
     verifyRun_ = verifier_->start(l->source, std::move(options));
     statusBar()->showMessage(tr("Verifying %n stage(s)...", nullptr, board_->model()->rowCount()));
     applyVerificationToScene();
@@ -510,19 +520,42 @@ void MainWindow::onVerified(quint64 run, std::shared_ptr<const VerifyReport> rep
     emit verificationFinished();
 }
 
+OpId MainWindow::drawnOp(ViewSide side, const std::string& name) const {
+    const auto* l = scene_->loaded();
+    if (!l || name.empty()) return kNone;
+    const auto& plan = *l->plan;
+    const Graph& g = side == ViewSide::Logical ? plan.logical : plan.parallel;
+    // A written-out instance ("x~mb1~dp1") is drawn under that name when the plan is drawn written
+    // out; drawn as stored, the stored op stands for it.
+    OpId op = g.findOp(plan.names.find(name));
+    if (op == kNone && name.find('~') != std::string::npos) op = g.findOp(plan.names.find(name.substr(0, name.find('~'))));
+    return op;
+}
+
+void MainWindow::showStep(const QString& parallelOp, const QString& logicalOp) {
+    const auto* l = scene_->loaded();
+    if (!l) return;
+    focusMarks_.clear();
+    const OpId pop = drawnOp(ViewSide::Parallel, parallelOp.toStdString());
+    const OpId lop = drawnOp(ViewSide::Logical, logicalOp.toStdString());
+    int pnode = -1;
+    if (pop != kNone) focusMarks_.emplace_back(pnode = nodeShowing(l->view, FindHit{ViewSide::Parallel, true, pop, -1}), NodeMark::Focus);
+    if (lop != kNone) focusMarks_.emplace_back(nodeShowing(l->view, FindHit{ViewSide::Logical, true, lop, -1}), NodeMark::Focus);
+    applyVerificationToScene();
+    if (pnode >= 0) {
+        view_->centerOnItem(scene_->itemForNode(pnode));
+        statusBar()->showMessage(tr("Step: %1").arg(parallelOp), 4000);
+    }
+}
+
 std::vector<std::pair<int, NodeMark>> MainWindow::failureMarks(const Failure& f, int* primary, QString* where) const {
     std::vector<std::pair<int, NodeMark>> marks;
     const auto* l = scene_->loaded();
     if (!l) return marks;
     const auto& plan = *l->plan;
     const bool drawnAsStored = l->plan == l->source && l->source->replication.active();
-    // A written-out instance ("x~mb1~dp1") is drawn under that name when the plan is drawn written
-    // out; drawn as stored, the stored op stands for it.
     auto findOp = [&](const Graph& g, const std::string& name) -> OpId {
-        if (name.empty()) return kNone;
-        OpId op = g.findOp(plan.names.find(name));
-        if (op == kNone && name.find('~') != std::string::npos) op = g.findOp(plan.names.find(name.substr(0, name.find('~'))));
-        return op;
+        return drawnOp(&g == &plan.logical ? ViewSide::Logical : ViewSide::Parallel, name);
     };
     auto findTensor = [&](const Graph& g, const std::string& name) -> TensorId {
         if (name.empty()) return kNone;
@@ -611,7 +644,7 @@ bool MainWindow::exportReport(const QString& path) {
         o.planFile = l->path.toStdString();
         out << reportToHtml(*report_, o);
     } else {
-        // The command line's schema: `trainverify verify PLAN --json`.
+        // The command line's schema: `trainverify verify PLAN --trace --json`.
         auto json = reportToJson(*report_);
         json["plan"] = {{"file", l->path.toStdString()}, {"name", l->source->name}};
         if (!l->logicalPath.isEmpty()) json["nnscaler"] = {{"logical", l->logicalPath.toStdString()}, {"parallel", l->path.toStdString()}};

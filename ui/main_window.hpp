@@ -122,6 +122,10 @@ private:
     /// Marks of the failing op, its logical counterpart and the other end; the node to centre on.
     std::vector<std::pair<int, NodeMark>> failureMarks(const Failure& f, int* primary, QString* where) const;
     void updateVerifyActions();
+    /// The drawn op a verified op's name stands for (an instance of a stored op: the stored op).
+    OpId drawnOp(ViewSide side, const std::string& name) const;
+    /// Marks the stepper's op and its logical counterpart and centres on the op.
+    void showStep(const QString& parallelOp, const QString& logicalOp);
 
     PlanScene* scene_;
     GraphView* view_;

@@ -487,8 +487,11 @@ void PlanScene::setMarks(const std::vector<std::pair<int, NodeMark>>& marks) {
     marks_.clear();
     for (const auto& [n, m] : marks) {
         if (n < 0 || n >= static_cast<int>(nodes_.size())) continue;
-        // A node marked twice keeps the stronger mark (FailingOp over the rest).
-        if (nodes_[n]->mark() == NodeMark::None || m == NodeMark::FailingOp) nodes_[n]->setMark(m);
+        // A node marked twice keeps the stronger mark: failing op, counterpart, other end, focus.
+        auto strength = [](NodeMark k) {
+            return k == NodeMark::FailingOp ? 4 : k == NodeMark::Counterpart ? 3 : k == NodeMark::OtherEnd ? 2 : k == NodeMark::Focus ? 1 : 0;
+        };
+        if (strength(m) > strength(nodes_[n]->mark())) nodes_[n]->setMark(m);
         marks_.emplace_back(n, nodes_[n]->mark());
     }
 }
