@@ -34,6 +34,9 @@ int main(int argc, char** argv) {
     QCommandLineOption verify(QStringLiteral("verify"),
                               QStringLiteral("Verify the plan once it is open (as F5 does); with --screenshot, the picture shows the result."));
     parser.addOption(verify);
+    QCommandLineOption lesson(QStringLiteral("lesson"), QStringLiteral("Open a guided lesson's buggy plan (see Help > Lessons for the ids)."),
+                              QStringLiteral("ID"));
+    parser.addOption(lesson);
     parser.addOption(screenshot);
     parser.addOption(select);
     parser.addOption(logical);
@@ -56,6 +59,23 @@ int main(int argc, char** argv) {
         return 3;
     }
     if (pair) args = {parser.value(parallel)};
+    if (parser.isSet(lesson)) {
+        if (pair || !args.isEmpty()) {
+            std::fprintf(stderr, "trainverify-studio: give a plan file, --logical and --parallel, or --lesson\n");
+            return 3;
+        }
+        QString path;
+        QStringList ids;
+        for (const auto& l : window.lessons()) {
+            ids << QString::fromStdString(l.id);
+            if (QString::fromStdString(l.id) == parser.value(lesson)) path = QString::fromStdString(l.buggy);
+        }
+        if (path.isEmpty()) {
+            std::fprintf(stderr, "trainverify-studio: no lesson %s (lessons: %s)\n", qPrintable(parser.value(lesson)), qPrintable(ids.join(QStringLiteral(", "))));
+            return 3;
+        }
+        args = {path};
+    }
     int status = 0;
     if (!args.isEmpty()) {
         for (const auto& f : pair ? QStringList{parser.value(logical), parser.value(parallel)} : args)
@@ -91,6 +111,7 @@ int main(int argc, char** argv) {
             }
         }, Qt::SingleShotConnection);
         if (pair) window.openNnScalerPair(parser.value(logical), parser.value(parallel));
+        else if (parser.isSet(lesson)) window.openLesson(parser.value(lesson), true);
         else window.openPlan(args.first());
     } else if (parser.isSet(screenshot)) {
         std::fprintf(stderr, "trainverify-studio: --screenshot needs a plan file\n");

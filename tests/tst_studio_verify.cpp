@@ -22,7 +22,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "explore/lessons.hpp"
 #include "failure_panel.hpp"
+#include "lesson_panel.hpp"
 #include "main_window.hpp"
 #include "stage_board.hpp"
 #include "verification_controller.hpp"
@@ -282,6 +284,49 @@ private slots:
         for (auto* b : panel->findChildren<QPushButton*>())
             if (b->text() == QStringLiteral("Copy as JSON")) b->click();
         QCOMPARE(QGuiApplication::clipboard()->text(), panel->copyJson());
+    }
+
+    // Every guided lesson opens with its explanation beside the graphs, and each of its two plans
+    // verifies to the verdict (and failing op and rank) its expect block states.
+    void eachLessonLoadsAndVerifiesToItsVerdict_data() {
+        QTest::addColumn<QString>("id");
+        QTest::addColumn<bool>("buggy");
+        const auto list = loadLessons(TV_SOURCE_DIR "/resources/lessons");
+        QVERIFY2(list.ok(), list.problems.empty() ? "" : list.problems.front().c_str());
+        QCOMPARE(list.lessons.size(), std::size_t(6));
+        for (const auto& l : list.lessons) {
+            QTest::newRow((l.id + " buggy").c_str()) << QString::fromStdString(l.id) << true;
+            QTest::newRow((l.id + " correct").c_str()) << QString::fromStdString(l.id) << false;
+        }
+    }
+    void eachLessonLoadsAndVerifiesToItsVerdict() {
+        QFETCH(QString, id);
+        QFETCH(bool, buggy);
+        MainWindow w;
+        QCOMPARE(w.lessons().size(), std::size_t(6));
+        const Lesson* lesson = nullptr;
+        for (const auto& l : w.lessons())
+            if (QString::fromStdString(l.id) == id) lesson = &l;
+        QVERIFY(lesson);
+        QSignalSpy loaded(&w, &MainWindow::planLoaded);
+        QVERIFY(w.openLesson(id, buggy));
+        QVERIFY(loaded.wait(60000));
+        QVERIFY(w.lessonPanel()->lesson());
+        QVERIFY(w.lessonPanel()->text().contains(QString::fromStdString(lesson->title)));
+        QVERIFY(w.lessonPanel()->text().contains(QStringLiteral("F5")));
+        std::ifstream in(buggy ? lesson->buggy : lesson->correct);
+        const auto expect = json::parse(in)["expect"];
+        QVERIFY(verifyAndWait(w));
+        QCOMPARE(std::string(toString(w.report()->verdict)), expect["verdict"].get<std::string>());
+        if (expect.contains("failure")) {
+            QVERIFY(w.report()->failure);
+            QCOMPARE(w.report()->failure->parallelOp, expect["failure"]["parallel_op"].get<std::string>());
+            QCOMPARE(w.report()->failure->rank, expect["failure"]["rank"].get<int>());
+            // The newcomer lands on the failing shard.
+            QCOMPARE(w.scene()->marked(NodeMark::FailingOp).size(), std::size_t(1));
+            QVERIFY(w.failurePanel()->trace());
+        }
+        QVERIFY(!expect.contains("failure") || buggy);
     }
 
     // The board sorts and filters by status and text; activating a row marks that stage's ops on

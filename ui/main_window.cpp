@@ -39,6 +39,7 @@
 #include "find_model.hpp"
 #include "graph_view.hpp"
 #include "inspector.hpp"
+#include "lesson_panel.hpp"
 #include "io/plan_json.hpp"
 #include "nnscaler/nnscaler_pair.hpp"
 #include "stage_board.hpp"
@@ -53,6 +54,13 @@ namespace {
 QString examplesDir() {
     for (const auto& dir : {QCoreApplication::applicationDirPath() + QStringLiteral("/../share/trainverify-studio/examples"),
                             QStringLiteral(TV_SOURCE_DIR "/resources/examples")})
+        if (QDir(dir).exists()) return QDir(dir).canonicalPath();
+    return {};
+}
+
+QString lessonsDir() {
+    for (const auto& dir : {QCoreApplication::applicationDirPath() + QStringLiteral("/../share/trainverify-studio/lessons"),
+                            QStringLiteral(TV_SOURCE_DIR "/resources/lessons")})
         if (QDir(dir).exists()) return QDir(dir).canonicalPath();
     return {};
 }
@@ -347,6 +355,12 @@ void MainWindow::buildMenus() {
     buildVerification();
 
     auto* help = menuBar()->addMenu(tr("&Help"));
+    auto* lessonsMenu = help->addMenu(tr("&Lessons"));
+    for (const auto& lesson : lessons_) {
+        const auto id = QString::fromStdString(lesson.id);
+        lessonsMenu->addAction(QString::fromStdString(lesson.title), this, [this, id] { openLesson(id, true); });
+    }
+    lessonsMenu->setEnabled(!lessons_.empty());
     help->addAction(tr("&About TrainVerify Studio"), this, [this] {
         QMessageBox::about(this, tr("About TrainVerify Studio"),
                            tr("<h3>TrainVerify Studio %1</h3><p>Proves that a distributed training plan computes what the "
@@ -373,7 +387,36 @@ void MainWindow::buildMenus() {
     tb->addAction(cancelAction_);
 }
 
+bool MainWindow::openLesson(const QString& id, bool buggy) {
+    for (const auto& lesson : lessons_) {
+        if (QString::fromStdString(lesson.id) != id) continue;
+        lessonPanel_->showLesson(lesson, buggy);
+        lessonDock_->show();
+        lessonDock_->raise();
+        openPlan(QString::fromStdString(buggy ? lesson.buggy : lesson.correct));
+        return true;
+    }
+    return false;
+}
+
 void MainWindow::buildVerification() {
+    // Lessons: read once; a broken manifest says what and where in the status bar.
+    const auto dir = lessonsDir();
+    if (!dir.isEmpty()) {
+        auto list = loadLessons(dir.toStdString());
+        lessons_ = std::move(list.lessons);
+        if (!list.problems.empty()) statusBar()->showMessage(QString::fromStdString(list.problems.front()), 15000);
+    }
+    lessonPanel_ = new LessonPanel(this);
+    lessonDock_ = new QDockWidget(tr("Lesson"), this);
+    lessonDock_->setObjectName(QStringLiteral("lesson"));
+    lessonDock_->setWidget(lessonPanel_);
+    addDockWidget(Qt::RightDockWidgetArea, lessonDock_);
+    // The explanation shares the right-hand column with the inspector, as a tab of its full height.
+    if (auto* inspectorDock = findChild<QDockWidget*>(QStringLiteral("inspector"))) tabifyDockWidget(inspectorDock, lessonDock_);
+    lessonDock_->hide();
+    connect(lessonPanel_, &LessonPanel::openRequested, this, [this](const QString& lessonId, bool buggy) { openLesson(lessonId, buggy); });
+
     verifier_ = new VerificationController(this);
     connect(verifier_, &VerificationController::stagesUpdated, this, &MainWindow::onStagesUpdated);
     connect(verifier_, &VerificationController::finished, this, &MainWindow::onVerified);
@@ -812,6 +855,11 @@ void MainWindow::onLoaded(quint64 id, std::shared_ptr<LoadedPlan> loaded, const 
         focusMarks_.clear();
         board_->model()->setPlan(loaded->source, loaded->sourceStages);
         failurePanel_->clear();
+        // The lesson stays beside its own plans only.
+        if (const auto* lesson = lessonPanel_->lesson()) {
+            const auto path = QFileInfo(loaded->path).canonicalFilePath().toStdString();
+            if (path != lesson->buggy && path != lesson->correct) lessonDock_->hide();
+        }
     }
     applyVerificationToScene();
     if (revealingFailure_ && !pendingReveal_) revealingFailure_ = false;
@@ -1039,11 +1087,22 @@ void MainWindow::showGallery() {
     auto* layout = new QVBoxLayout(&dlg);
     auto* list = new QListWidget(&dlg);
     auto* about = new QTextBrowser(&dlg);
-    layout->addWidget(new QLabel(tr("Bundled example plans. Each states the verdict it should get."), &dlg));
+    layout->addWidget(new QLabel(tr("Guided lessons (a buggy plan, its correct twin and an explanation), then the bundled example plans, "
+                                    "each with the verdict it should get."),
+                                 &dlg));
     layout->addWidget(list, 2);
     layout->addWidget(about, 1);
     auto* buttons = new QDialogButtonBox(QDialogButtonBox::Open | QDialogButtonBox::Cancel, &dlg);
     layout->addWidget(buttons);
+    for (const auto& lesson : lessons_) {
+        auto* item = new QListWidgetItem(tr("Lesson: %1").arg(QString::fromStdString(lesson.title)), list);
+        item->setData(Qt::UserRole + 2, QString::fromStdString(lesson.id));
+        item->setData(Qt::UserRole + 1, tr("<h3>%1</h3>%2<p><i>Opens the buggy plan with this explanation beside the graphs; press F5.</i></p>")
+                                            .arg(QString::fromStdString(lesson.title).toHtmlEscaped(), QString::fromStdString(lesson.explanation)));
+        QFont f = item->font();
+        f.setBold(true);
+        item->setFont(f);
+    }
     const QDir dir(examplesDir());
     for (const auto& fi : dir.entryInfoList({QStringLiteral("*.json")}, QDir::Files, QDir::Name)) {
         std::ifstream in(fi.absoluteFilePath().toStdString());
@@ -1067,7 +1126,10 @@ void MainWindow::showGallery() {
     connect(buttons, &QDialogButtonBox::rejected, &dlg, &QDialog::reject);
     list->setCurrentRow(0);
     dlg.resize(640, 480);
-    if (dlg.exec() == QDialog::Accepted && list->currentItem()) openPlan(list->currentItem()->data(Qt::UserRole).toString());
+    if (dlg.exec() != QDialog::Accepted || !list->currentItem()) return;
+    const auto lesson = list->currentItem()->data(Qt::UserRole + 2).toString();
+    if (!lesson.isEmpty()) openLesson(lesson, true);
+    else openPlan(list->currentItem()->data(Qt::UserRole).toString());
 }
 
 void MainWindow::applyTheme(bool dark) {

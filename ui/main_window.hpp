@@ -9,9 +9,11 @@
 
 #include "find_model.hpp"
 #include "plan_scene.hpp"
+#include "explore/lessons.hpp"
 #include "verify/verifier.hpp"
 
 class QComboBox;
+class QDockWidget;
 class QLabel;
 class QLineEdit;
 class QListView;
@@ -27,6 +29,7 @@ class Inspector;
 class StageBoard;
 class FailurePanel;
 class VerificationController;
+class LessonPanel;
 struct StageUpdate;
 
 /// Plans stored once are drawn written out up to this many parallel ops, as stored beyond.
@@ -85,6 +88,11 @@ public:
     bool exportReport(const QString& path);
     /// Marks a stage's ops on both sides and centres the view on them.
     void focusStage(std::uint32_t sourceStage);
+    /// The guided lessons (resources/lessons/lessons.json).
+    const std::vector<Lesson>& lessons() const { return lessons_; }
+    /// Opens a lesson's buggy (or correct) plan with its explanation beside the graphs.
+    bool openLesson(const QString& id, bool buggy = true);
+    LessonPanel* lessonPanel() const { return lessonPanel_; }
 
 signals:
     void planLoaded();
@@ -156,6 +164,9 @@ private:
     VerificationController* verifier_ = nullptr;
     StageBoard* board_ = nullptr;
     FailurePanel* failurePanel_ = nullptr;
+    LessonPanel* lessonPanel_ = nullptr;
+    QDockWidget* lessonDock_ = nullptr;
+    std::vector<Lesson> lessons_;
     QProgressBar* progress_ = nullptr;
     QToolButton* cancelButton_ = nullptr;
     QAction* verifyAction_ = nullptr;

@@ -1,5 +1,6 @@
 #include "verify/diagnosis.hpp"
 
+#include <algorithm>
 #include <array>
 #include <sstream>
 
@@ -23,6 +24,20 @@ nlohmann::json TensorValues::toJson() const {
     if (rank >= 0) j["rank"] = rank;
     if (microbatch >= 0) j["microbatch"] = microbatch;
     return j;
+}
+
+std::string TensorValues::toText() const {
+    std::string out = name + " " + shapeToString(shape);
+    if (fullShape != shape) out += " (reduced from " + shapeToString(fullShape) + ")";
+    if (rank >= 0) out += " rank " + std::to_string(rank);
+    if (microbatch >= 0) out += " microbatch " + std::to_string(microbatch);
+    out += "\n";
+    const std::size_t cols = shape.empty() ? 1 : static_cast<std::size_t>(std::max<std::int64_t>(1, shape.back()));
+    for (std::size_t i = 0; i < values.size(); ++i) {
+        out += values[i];
+        out += (i + 1) % cols == 0 || i + 1 == values.size() ? "\n" : "\t";
+    }
+    return out;
 }
 
 nlohmann::json Failure::toJson() const {

@@ -38,6 +38,9 @@ struct TensorValues {
     std::int32_t microbatch = -1;
     std::vector<std::string> values;   ///< exact values ("3/2"), row-major
     nlohmann::json toJson() const;
+    /// A heading line (name, shape, rank, microbatch), then one line per row of the last
+    /// dimension, values separated by tabs: for pasting into a spreadsheet or a message.
+    std::string toText() const;
 };
 
 /// One lineage claim checked at a stage's end: a copy of a logical slice, and whether the
