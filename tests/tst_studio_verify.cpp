@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "explore/lessons.hpp"
+#include "bug_dialog.hpp"
 #include "failure_panel.hpp"
 #include "lesson_panel.hpp"
 #include "main_window.hpp"
@@ -327,6 +328,77 @@ private slots:
             QVERIFY(w.failurePanel()->trace());
         }
         QVERIFY(!expect.contains("failure") || buggy);
+    }
+
+    // Bug > Inject Bug: the dialog finds where a bug applies (or says why it does not); injecting
+    // opens the buggy copy, verifies it at once, and the bug lab confirms the diagnosis points at
+    // the edit (marked on the graph). A bug the reader rejects leaves the plan on screen, INVALID.
+    void bugMenuInjectsAndIsCaught_data() {
+        QTest::addColumn<QString>("file");
+        QTest::addColumn<QString>("bug");
+        QTest::addColumn<QString>("verdict");
+        QTest::newRow("tp all-reduce as identity") << "mlp-tp2.json" << "tp-allreduce-identity" << "not_equivalent";
+        QTest::newRow("dp average missing") << "mlp-dp2.json" << "dp-grad-not-averaged" << "not_equivalent";
+        QTest::newRow("pp microbatch swapped") << "mlp-pp2.json" << "pp-send-microbatch-swapped" << "not_equivalent";
+        QTest::newRow("stored plan, norm eps") << "llama3-l4-dp2-tp2-pp2-nm2-repeats.json" << "norm-eps-one-rank" << "not_equivalent";
+        QTest::newRow("all-reduce as all-gather") << "mlp-tp2.json" << "tp-allreduce-as-allgather" << "invalid";
+    }
+    void bugMenuInjectsAndIsCaught() {
+        QFETCH(QString, file);
+        QFETCH(QString, bug);
+        QFETCH(QString, verdict);
+        MainWindow w;
+        QVERIFY(openAndWait(w, example(file)));
+        const auto before = w.scene()->loaded()->plan;
+        {
+            BugDialog dlg(w.scene()->loaded()->source, &w);
+            QSignalSpy found(&dlg, &BugDialog::sitesFound);
+            dlg.selectBug(bug);
+            QVERIFY(found.wait(60000));
+            QVERIFY(dlg.sitesReady());
+            QVERIFY(!dlg.options().at.empty());
+        }
+        QSignalSpy injected(&w, &MainWindow::bugInjected);
+        QSignalSpy done(&w, &MainWindow::verificationFinished);
+        w.injectBug(bug);
+        QVERIFY(done.wait(120000));
+        QCOMPARE(injected.count(), 1);
+        QVERIFY(injected.first().at(0).toBool());
+        QCOMPARE(std::string(toString(w.report()->verdict)), verdict.toStdString());
+        QVERIFY2(w.bugVerdict().startsWith(QStringLiteral("Caught")), qPrintable(w.bugVerdict()));
+        QVERIFY(w.failurePanel()->text().contains(QStringLiteral("Bug lab")));
+        QVERIFY(!w.scene()->marked(NodeMark::Injected).empty() || !w.scene()->marked(NodeMark::FailingOp).empty());
+        if (verdict == QStringLiteral("invalid")) {
+            QVERIFY(w.scene()->loaded()->plan == before);  // the plan on screen stays
+            QVERIFY(!w.mutant());
+        } else {
+            QVERIFY(w.mutant());
+            QCOMPARE(w.mutant()->bug, bug.toStdString());
+            QVERIFY(w.windowTitle().contains(bug));
+            QCOMPARE(w.scene()->marked(NodeMark::FailingOp).size(), std::size_t(1));
+            // Remove Bug reopens the plan as it was, and it verifies equivalent.
+            QVERIFY(openAndWait(w, example(file)));
+            QVERIFY(!w.mutant());
+            QVERIFY(verifyAndWait(w));
+            QCOMPARE(toString(w.report()->verdict), toString(Verdict::Equivalent));
+        }
+    }
+
+    // A bug that needs what the plan lacks is refused with the reason; nothing changes.
+    void bugThatDoesNotApplyIsRefused() {
+        MainWindow w;
+        QVERIFY(openAndWait(w, example(QStringLiteral("mlp-tp2.json"))));
+        BugDialog dlg(w.scene()->loaded()->source, &w);
+        QSignalSpy found(&dlg, &BugDialog::sitesFound);
+        dlg.selectBug(QStringLiteral("cp-loss-overscaled"));
+        QVERIFY(found.wait(60000));
+        QVERIFY2(dlg.status().contains(QStringLiteral("Does not apply")), qPrintable(dlg.status()));
+        QSignalSpy injected(&w, &MainWindow::bugInjected);
+        w.injectBug(QStringLiteral("cp-loss-overscaled"));
+        QVERIFY(injected.wait(60000));
+        QVERIFY(!injected.first().at(0).toBool());
+        QVERIFY(injected.first().at(1).toString().contains(QStringLiteral("context parallel")));
+        QVERIFY(!w.mutant());
     }
 
     // The board sorts and filters by status and text; activating a row marks that stage's ops on

@@ -21,6 +21,7 @@
 #include <QMimeData>
 #include <QProgressBar>
 #include <QTableView>
+#include <QTimer>
 #include <QToolButton>
 #include <QPainter>
 #include <QSettings>
@@ -38,6 +39,7 @@
 #include "failure_panel.hpp"
 #include "find_model.hpp"
 #include "graph_view.hpp"
+#include "bug_dialog.hpp"
 #include "inspector.hpp"
 #include "lesson_panel.hpp"
 #include "io/plan_json.hpp"
@@ -353,6 +355,7 @@ void MainWindow::buildMenus() {
     });
 
     buildVerification();
+    buildBugMenu();
 
     auto* help = menuBar()->addMenu(tr("&Help"));
     auto* lessonsMenu = help->addMenu(tr("&Lessons"));
@@ -476,6 +479,95 @@ void MainWindow::buildVerification() {
     updateVerifyActions();
 }
 
+void MainWindow::buildBugMenu() {
+    auto* menu = menuBar()->addMenu(tr("&Bug"));
+    menu->addAction(tr("&Inject Bug..."), QKeySequence(Qt::CTRL | Qt::Key_B), this, [this] {
+        const auto* l = scene_->loaded();
+        if (!l) return;
+        BugDialog dlg(l->source, this);
+        if (dlg.exec() == QDialog::Accepted && !dlg.bug().isEmpty()) injectBug(dlg.bug(), dlg.options());
+    })->setObjectName(QStringLiteral("injectBug"));
+    removeBugAction_ = menu->addAction(tr("&Remove Bug"), this, [this] {
+        if (!currentLogical_.isEmpty()) openNnScalerPair(currentLogical_, currentPath_);
+        else if (!currentPath_.isEmpty()) openPlan(currentPath_);
+    });
+    saveBugAction_ = menu->addAction(tr("&Save Buggy Plan As..."), this, [this] {
+        auto m = mutant();
+        if (!m) return;
+        auto path = QFileDialog::getSaveFileName(this, tr("Save Buggy Plan"), QString(), tr("TrainVerify plans (*.json)"));
+        if (path.isEmpty()) return;
+        std::ofstream out(path.toStdString());
+        out << m->document.dump(1) << "\n";
+        if (!out) QMessageBox::warning(this, tr("Save"), tr("Could not write %1").arg(path));
+    });
+}
+
+std::shared_ptr<const bugs::Mutant> MainWindow::mutant() const {
+    const auto* l = scene_->loaded();
+    return l ? l->mutant : nullptr;
+}
+
+void MainWindow::injectBug(const QString& bug, const bugs::MutateOptions& options) {
+    const auto* l = scene_->loaded();
+    if (!l) return;
+    auto source = l->source;
+    const auto path = l->path;
+    const auto logical = l->logicalPath;
+    const auto name = bug.toStdString();
+    statusBar()->showMessage(tr("Injecting %1...").arg(bug));
+    auto* watcher = new QFutureWatcher<std::pair<std::shared_ptr<bugs::Mutant>, QString>>(this);
+    connect(watcher, &QFutureWatcherBase::finished, this, [this, watcher, path, logical, bug] {
+        auto [m, error] = watcher->result();
+        watcher->deleteLater();
+        if (!m) {
+            statusBar()->showMessage(tr("Cannot inject %1: %2").arg(bug, error), 10000);
+            if (isVisible()) QMessageBox::warning(this, tr("Inject Bug"), tr("Cannot inject %1:\n%2").arg(bug, error));
+            emit bugInjected(false, error);
+            return;
+        }
+        const QString change = QString::fromStdString(m->change);
+        emit bugInjected(true, change);
+        if (!m->plan) {
+            // The reader rejects the copy (a shape mismatch): nothing new to draw; the plan stays on
+            // screen with the edited ops marked, and the diagnosis says what the reader found.
+            auto report = std::make_shared<VerifyReport>(invalidReport(m->problems));
+            std::string why;
+            const bool ok = bugs::caught(*m, *report, &why);
+            bugVerdict_ = (ok ? tr("Caught where it was injected: ") : tr("Not caught where expected: ")) + QString::fromStdString(why);
+            report_ = report;
+            failurePanel_->showReport(*report, tr("Bug lab: %1 %2").arg(change, bugVerdict_));
+            focusMarks_.clear();
+            for (const auto& op : m->expect.edited)
+                if (const OpId id = drawnOp(ViewSide::Parallel, op); id != kNone)
+                    focusMarks_.emplace_back(nodeShowing(scene_->loaded()->view, FindHit{ViewSide::Parallel, true, id, -1}), NodeMark::Injected);
+            applyVerificationToScene();
+            updateVerifyActions();
+            emit verificationFinished();
+            return;
+        }
+        std::shared_ptr<bugs::Mutant> held = m;
+        startJob(
+            [held, path, logical](QString* error) {
+                QElapsedTimer t;
+                t.start();
+                auto lp = preparePlan(std::move(held->plan), path, nullptr, error, kMaxWrittenOutOps, t);
+                if (lp) {
+                    lp->logicalPath = logical;
+                    lp->mutant = held;
+                }
+                return lp;
+            },
+            tr("Opening the plan with %1...").arg(bug));
+    });
+    watcher->setFuture(QtConcurrent::run([source, name, options]() -> std::pair<std::shared_ptr<bugs::Mutant>, QString> {
+        try {
+            return {std::make_shared<bugs::Mutant>(bugs::mutate(*source, name, options)), QString()};
+        } catch (const std::exception& e) {
+            return {nullptr, QString::fromUtf8(e.what())};
+        }
+    }));
+}
+
 bool MainWindow::verifying() const { return verifier_ && verifier_->running() && verifyRun_ == verifier_->currentRun(); }
 
 void MainWindow::updateVerifyActions() {
@@ -485,6 +577,8 @@ void MainWindow::updateVerifyActions() {
     cancelButton_->setVisible(verifying());
     progress_->setVisible(verifying());
     exportJsonAction_->setEnabled(report_ != nullptr);
+    if (removeBugAction_) removeBugAction_->setEnabled(mutant() != nullptr);
+    if (saveBugAction_) saveBugAction_->setEnabled(mutant() != nullptr);
     exportHtmlAction_->setEnabled(report_ != nullptr);
 }
 
@@ -531,6 +625,13 @@ void MainWindow::onVerified(quint64 run, std::shared_ptr<const VerifyReport> rep
     QString where;
     int primary = -1;
     if (report->failure && l) failureMarks(*report->failure, &primary, &where);
+    if (l && l->mutant) {
+        std::string why;
+        const bool ok = bugs::caught(*l->mutant, *report, &why);
+        bugVerdict_ = (ok ? tr("Caught where it was injected: ") : tr("Not caught where expected: ")) + QString::fromStdString(why);
+        where = (where.isEmpty() ? QString() : where + QStringLiteral(" ")) + tr("Bug lab: %1 (%2) %3")
+                    .arg(QString::fromStdString(l->mutant->bug), QString::fromStdString(l->mutant->change), bugVerdict_);
+    }
     failurePanel_->showReport(*report, where);
     statusBar()->showMessage(QString::fromStdString(reportToText(*report).substr(0, reportToText(*report).find('\n'))), 10000);
     if (report->failure && report->failure->stage != kNone) board_->selectStage(report->failure->stage);
@@ -650,6 +751,10 @@ void MainWindow::applyVerificationToScene() {
         scene_->setStageStatuses(drawn);
     }
     auto marks = focusMarks_;
+    if (l->mutant)
+        for (const auto& op : l->mutant->expect.edited)
+            if (const OpId id = drawnOp(ViewSide::Parallel, op); id != kNone)
+                marks.emplace_back(nodeShowing(l->view, FindHit{ViewSide::Parallel, true, id, -1}), NodeMark::Injected);
     if (report_ && report_->failure) {
         auto f = failureMarks(*report_->failure, nullptr, nullptr);
         marks.insert(marks.end(), f.begin(), f.end());
@@ -870,7 +975,16 @@ void MainWindow::onLoaded(quint64 id, std::shared_ptr<LoadedPlan> loaded, const 
         else pendingReveal_.reset();
     }
     if (currentLogical_.isEmpty()) rememberRecent(currentPath_);  // a pair is two files: opened again from the File menu
-    setWindowTitle(tr("%1 — TrainVerify Studio").arg(QFileInfo(currentPath_).fileName()));
+    if (loaded->mutant)
+        setWindowTitle(tr("%1 + %2 (not saved) — TrainVerify Studio").arg(QFileInfo(currentPath_).fileName(), QString::fromStdString(loaded->mutant->bug)));
+    else
+        setWindowTitle(tr("%1 — TrainVerify Studio").arg(QFileInfo(currentPath_).fileName()));
+    if (!samePlan) bugVerdict_.clear();
+    if (!samePlan && loaded->mutant) {
+        // A bug was just injected: verify at once, so the user sees it caught.
+        statusBar()->showMessage(tr("Injected %1: %2").arg(QString::fromStdString(loaded->mutant->bug), QString::fromStdString(loaded->mutant->change)), 8000);
+        QTimer::singleShot(0, this, [this] { verify(); });
+    }
     updateStatus();
     emit planLoaded();
 }
@@ -924,13 +1038,17 @@ void MainWindow::relayout(ViewOptions options) {
     auto source = l->source;
     auto sourceStages = l->sourceStages;
     auto drawnToSource = l->drawnToSource;
+    auto mutant = l->mutant;
+    auto logicalPath = l->logicalPath;
     startJob(
-        [plan, path, options, source, sourceStages, drawnToSource](QString* error) {
+        [plan, path, options, source, sourceStages, drawnToSource, mutant, logicalPath](QString* error) {
             auto lp = relayoutPlan(plan, path, options, error);
             if (lp) {
                 lp->source = source;
                 lp->sourceStages = sourceStages;
                 lp->drawnToSource = drawnToSource;
+                lp->mutant = mutant;
+                lp->logicalPath = logicalPath;
             }
             return lp;
         },

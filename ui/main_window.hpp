@@ -93,11 +93,20 @@ public:
     /// Opens a lesson's buggy (or correct) plan with its explanation beside the graphs.
     bool openLesson(const QString& id, bool buggy = true);
     LessonPanel* lessonPanel() const { return lessonPanel_; }
+    /// Injects a catalog bug into a copy of the plan on screen (in the background), opens the
+    /// copy and verifies it; emits bugInjected, then verificationFinished.
+    void injectBug(const QString& bug, const bugs::MutateOptions& options = {});
+    /// The bug injected into the plan on screen (null if none).
+    std::shared_ptr<const bugs::Mutant> mutant() const;
+    /// What the bug lab says about the last run on an injected bug ("caught at ...").
+    QString bugVerdict() const { return bugVerdict_; }
 
 signals:
     void planLoaded();
     void loadFailed(const QString& message);
     void verificationFinished();
+    /// A bug was injected (ok) or refused (the message says why).
+    void bugInjected(bool ok, const QString& message);
 
 protected:
     void closeEvent(QCloseEvent* e) override;
@@ -130,6 +139,7 @@ private:
     /// Marks of the failing op, its logical counterpart and the other end; the node to centre on.
     std::vector<std::pair<int, NodeMark>> failureMarks(const Failure& f, int* primary, QString* where) const;
     void updateVerifyActions();
+    void buildBugMenu();
     /// The drawn op a verified op's name stands for (an instance of a stored op: the stored op).
     OpId drawnOp(ViewSide side, const std::string& name) const;
     /// Marks the stepper's op and its logical counterpart and centres on the op.
@@ -167,6 +177,10 @@ private:
     LessonPanel* lessonPanel_ = nullptr;
     QDockWidget* lessonDock_ = nullptr;
     std::vector<Lesson> lessons_;
+    QString bugVerdict_;
+    QAction* removeBugAction_ = nullptr;
+    QAction* saveBugAction_ = nullptr;
+    std::shared_ptr<const VerifyReport> invalidMutantReport_;
     QProgressBar* progress_ = nullptr;
     QToolButton* cancelButton_ = nullptr;
     QAction* verifyAction_ = nullptr;

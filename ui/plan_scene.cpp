@@ -94,8 +94,10 @@ public:
             const QColor ring = mark_ == NodeMark::FailingOp ? QColor(211, 47, 47)
                                 : mark_ == NodeMark::Counterpart ? QColor(239, 108, 0)
                                 : mark_ == NodeMark::OtherEnd ? QColor(142, 36, 170)
+                                : mark_ == NodeMark::Injected ? QColor(120, 20, 20)
                                                               : QColor(30, 136, 229);
-            p->setPen(QPen(ring, mark_ == NodeMark::FailingOp ? 4 : 3, mark_ == NodeMark::OtherEnd ? Qt::DashLine : Qt::SolidLine));
+            p->setPen(QPen(ring, mark_ == NodeMark::FailingOp ? 4 : 3,
+                           mark_ == NodeMark::OtherEnd ? Qt::DashLine : mark_ == NodeMark::Injected ? Qt::DotLine : Qt::SolidLine));
             p->setBrush(Qt::NoBrush);
             p->drawRoundedRect(rect_.adjusted(-4, -4, 4, 4), 5, 5);
         }
@@ -489,7 +491,12 @@ void PlanScene::setMarks(const std::vector<std::pair<int, NodeMark>>& marks) {
         if (n < 0 || n >= static_cast<int>(nodes_.size())) continue;
         // A node marked twice keeps the stronger mark: failing op, counterpart, other end, focus.
         auto strength = [](NodeMark k) {
-            return k == NodeMark::FailingOp ? 4 : k == NodeMark::Counterpart ? 3 : k == NodeMark::OtherEnd ? 2 : k == NodeMark::Focus ? 1 : 0;
+            return k == NodeMark::FailingOp     ? 5
+                   : k == NodeMark::Counterpart ? 4
+                   : k == NodeMark::OtherEnd    ? 3
+                   : k == NodeMark::Injected    ? 2
+                   : k == NodeMark::Focus       ? 1
+                                                : 0;
         };
         if (strength(m) > strength(nodes_[n]->mark())) nodes_[n]->setMark(m);
         marks_.emplace_back(n, nodes_[n]->mark());

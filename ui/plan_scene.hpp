@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "explore/plan_view.hpp"
+#include "bugs/bug_catalog.hpp"
 #include "verify/check.hpp"
 
 class QGraphicsItem;
@@ -26,6 +27,8 @@ struct LoadedPlan {
     std::shared_ptr<const StagePlan> sourceStages;
     /// Drawn stage -> source stage (a stored stage stands for its instances in every lane).
     std::vector<std::uint32_t> drawnToSource;
+    /// Set when the plan is a copy of another with a bug injected (Bug ▸ Inject Bug).
+    std::shared_ptr<const bugs::Mutant> mutant;
     ViewOptions options;
     PlanView view;
     PlacedView placed;
@@ -40,7 +43,7 @@ struct LoadedPlan {
 };
 
 /// Marks that outlive the selection: where verification failed, and what the user focused.
-enum class NodeMark : std::uint8_t { None, Focus, FailingOp, Counterpart, OtherEnd };
+enum class NodeMark : std::uint8_t { None, Focus, FailingOp, Counterpart, OtherEnd, Injected };
 
 class NodeItem;
 class GroupItem;

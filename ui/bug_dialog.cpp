@@ -1,0 +1,151 @@
+#include "bug_dialog.hpp"
+
+#include <QComboBox>
+#include <QDialogButtonBox>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QPushButton>
+#include <QTreeWidget>
+#include <QVBoxLayout>
+#include <QtConcurrent/QtConcurrentRun>
+
+namespace tv::ui {
+
+BugDialog::BugDialog(std::shared_ptr<const Plan> plan, QWidget* parent) : QDialog(parent), plan_(std::move(plan)) {
+    setWindowTitle(tr("Inject a Bug"));
+    auto* v = new QVBoxLayout(this);
+    v->addWidget(new QLabel(tr("Parallelization bugs that happen in real training systems. Choose one: it is injected into a copy "
+                               "of the open plan, which is then verified. The verifier should catch it where it was made."),
+                            this));
+    auto* h = new QHBoxLayout;
+    tree_ = new QTreeWidget(this);
+    tree_->setHeaderLabels({tr("Bug"), tr("Paper case")});
+    tree_->header()->setSectionResizeMode(0, QHeaderView::Stretch);
+    std::map<int, QTreeWidgetItem*> groups;
+    for (const auto& b : bugs::catalog()) {
+        auto& group = groups[static_cast<int>(b.category)];
+        if (!group) {
+            group = new QTreeWidgetItem(tree_, {QString::fromLatin1(bugs::toString(b.category).data())});
+            group->setFlags(Qt::ItemIsEnabled);
+            group->setExpanded(true);
+        }
+        auto* item = new QTreeWidgetItem(group, {QString::fromLatin1(b.name.data(), static_cast<int>(b.name.size())),
+                                                 b.paperCase ? QString::number(b.paperCase) : QString()});
+        item->setData(0, Qt::UserRole, QString::fromLatin1(b.name.data(), static_cast<int>(b.name.size())));
+    }
+    h->addWidget(tree_, 3);
+    auto* right = new QVBoxLayout;
+    about_ = new QLabel(this);
+    about_->setWordWrap(true);
+    about_->setTextFormat(Qt::RichText);
+    about_->setMinimumWidth(280);
+    right->addWidget(about_);
+    auto* form = new QFormLayout;
+    site_ = new QComboBox(this);
+    site_->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+    site_->setMinimumContentsLength(28);
+    rank_ = new QComboBox(this);
+    form->addRow(tr("Where (op):"), site_);
+    form->addRow(tr("Rank:"), rank_);
+    right->addLayout(form);
+    status_ = new QLabel(this);
+    status_->setWordWrap(true);
+    right->addWidget(status_);
+    right->addStretch(1);
+    h->addLayout(right, 2);
+    v->addLayout(h, 1);
+    auto* buttons = new QDialogButtonBox(QDialogButtonBox::Cancel, this);
+    ok_ = buttons->addButton(tr("Inject and Verify"), QDialogButtonBox::AcceptRole);
+    ok_->setEnabled(false);
+    v->addWidget(buttons);
+    connect(buttons, &QDialogButtonBox::accepted, this, &QDialog::accept);
+    connect(buttons, &QDialogButtonBox::rejected, this, &QDialog::reject);
+    connect(tree_, &QTreeWidget::currentItemChanged, this, [this](QTreeWidgetItem* item) {
+        if (item && !item->data(0, Qt::UserRole).toString().isEmpty()) selectBug(item->data(0, Qt::UserRole).toString());
+    });
+    connect(site_, &QComboBox::currentIndexChanged, this, &BugDialog::fillRanks);
+    resize(900, 560);
+}
+
+BugDialog::~BugDialog() {
+    // A site search still running finishes on the pool; its watcher goes with this dialog.
+    if (watcher_) watcher_->waitForFinished();
+}
+
+void BugDialog::selectBug(const QString& name) {
+    const auto* b = bugs::findBug(name.toStdString());
+    if (!b) return;
+    bug_ = name;
+    ready_ = false;
+    ok_->setEnabled(false);
+    site_->clear();
+    rank_->clear();
+    sites_.clear();
+    about_->setText(QStringLiteral("<b>%1</b>%2<p>%3</p><p><i>%4</i></p>")
+                        .arg(name.toHtmlEscaped(), b->paperCase ? tr(" (TrainVerify paper, case %1)").arg(b->paperCase) : QString(),
+                             QString::fromLatin1(b->summary.data(), static_cast<int>(b->summary.size())).toHtmlEscaped(),
+                             tr("Needs: %1").arg(QString::fromLatin1(b->needs.data(), static_cast<int>(b->needs.size())).toHtmlEscaped())));
+    status_->setText(tr("Finding where it applies in this plan…"));
+    for (int i = 0; i < tree_->topLevelItemCount(); ++i)
+        for (int j = 0; j < tree_->topLevelItem(i)->childCount(); ++j)
+            if (tree_->topLevelItem(i)->child(j)->data(0, Qt::UserRole).toString() == name && tree_->currentItem() != tree_->topLevelItem(i)->child(j)) {
+                const QSignalBlocker block(tree_);
+                tree_->setCurrentItem(tree_->topLevelItem(i)->child(j));
+            }
+    const auto id = ++request_;
+    if (!watcher_) {
+        watcher_ = new QFutureWatcher<SitesResult>(this);
+        connect(watcher_, &QFutureWatcherBase::finished, this, &BugDialog::onSites);
+    }
+    watcher_->waitForFinished();  // one search at a time; the newest wins
+    auto plan = plan_;
+    const auto bug = name.toStdString();
+    watcher_->setProperty("request", id);
+    watcher_->setFuture(QtConcurrent::run([plan, bug]() -> SitesResult {
+        try {
+            return {bugs::findSites(*plan, bug), QString()};
+        } catch (const std::exception& e) {
+            return {{}, QString::fromUtf8(e.what())};
+        }
+    }));
+}
+
+void BugDialog::onSites() {
+    if (watcher_->property("request").toULongLong() != request_) return;
+    auto [sites, error] = watcher_->result();
+    ready_ = true;
+    sites_ = std::move(sites);
+    const QSignalBlocker block(site_);
+    site_->clear();
+    for (const auto& s : sites_)
+        site_->addItem(QString::fromStdString(s.ops.empty() ? std::string("?") : s.ops.front()), QString::fromStdString(s.detail));
+    for (int i = 0; i < site_->count(); ++i) site_->setItemData(i, site_->itemData(i), Qt::ToolTipRole);
+    if (!error.isEmpty()) status_->setText(tr("<span style=\"color:#c62828\">Does not apply here: %1</span>").arg(error.toHtmlEscaped()));
+    else if (sites_.empty()) status_->setText(tr("<span style=\"color:#c62828\">No place in this plan to inject it.</span>"));
+    else status_->setText(tr("%n place(s) in this plan.", nullptr, static_cast<int>(sites_.size())));
+    ok_->setEnabled(error.isEmpty() && !sites_.empty());
+    fillRanks();
+    emit sitesFound();
+}
+
+void BugDialog::fillRanks() {
+    rank_->clear();
+    const int i = site_->currentIndex();
+    if (i < 0 || i >= static_cast<int>(sites_.size())) return;
+    rank_->addItem(tr("its first rank"), -1);
+    for (auto r : sites_[static_cast<std::size_t>(i)].ranks) rank_->addItem(tr("rank %1").arg(r), r);
+}
+
+bugs::MutateOptions BugDialog::options() const {
+    bugs::MutateOptions o;
+    const int i = site_->currentIndex();
+    if (i >= 0 && i < static_cast<int>(sites_.size()) && !sites_[static_cast<std::size_t>(i)].ops.empty()) o.at = sites_[static_cast<std::size_t>(i)].ops.front();
+    o.rank = rank_->currentIndex() >= 0 ? rank_->currentData().toInt() : -1;
+    return o;
+}
+
+QString BugDialog::status() const { return status_->text(); }
+
+}  // namespace tv::ui
