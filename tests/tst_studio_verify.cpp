@@ -25,6 +25,7 @@
 #include "explore/lessons.hpp"
 #include "bug_dialog.hpp"
 #include "failure_panel.hpp"
+#include "generate_dialog.hpp"
 #include "lesson_panel.hpp"
 #include "main_window.hpp"
 #include "stage_board.hpp"
@@ -399,6 +400,55 @@ private slots:
         QVERIFY(!injected.first().at(0).toBool());
         QVERIFY(injected.first().at(1).toString().contains(QStringLiteral("context parallel")));
         QVERIFY(!w.mutant());
+    }
+
+    // File > Generate Plan: the dialog checks the configuration as it is edited (the generator's own
+    // rules) and enables OK only for one it can generate; the plan generated opens and verifies.
+    void generateDialogRefusesInvalidDegrees() {
+        GenerateDialog dlg;
+        QVERIFY(dlg.problem().isEmpty());  // the default configuration is valid
+        auto o = dlg.options();
+        o.tp = 3;  // does not divide the heads
+        dlg.setOptions(o);
+        QVERIFY(!dlg.problem().isEmpty());
+        QCOMPARE(dlg.problem(), QString::fromStdString(gen::validate(o)));
+        bool okEnabled = true;
+        for (auto* b : dlg.findChildren<QPushButton*>())
+            if (b->text() == QStringLiteral("Generate and Open")) okEnabled = b->isEnabled();
+        QVERIFY(!okEnabled);
+        o.tp = 2;
+        o.schedule = "gpipe";
+        o.optimizer = "sgd";
+        dlg.setOptions(o);
+        QVERIFY(dlg.problem().isEmpty());
+        QCOMPARE(dlg.options().schedule, std::string("gpipe"));
+        QCOMPARE(dlg.options().optimizer, std::string("sgd"));
+    }
+    void generateDialogOpensAValidPlan() {
+        MainWindow w;
+        GenerateDialog dlg;
+        auto o = dlg.options();
+        o.dp = 2;
+        o.tp = 2;
+        o.pp = 1;
+        o.microbatches = 1;
+        o.layers = 1;
+        dlg.setOptions(o);
+        QSignalSpy loaded(&w, &MainWindow::planLoaded);
+        w.generatePlan(dlg.options());
+        QVERIFY(loaded.wait(120000));
+        const auto* l = w.scene()->loaded();
+        QVERIFY(l);
+        QCOMPARE(l->plan->ranks.size(), std::size_t(4));
+        QVERIFY(QFileInfo::exists(l->path));
+        QVERIFY(verifyAndWait(w));
+        QCOMPARE(toString(w.report()->verdict), toString(Verdict::Equivalent));
+        // An impossible configuration is refused with the generator's reason.
+        QSignalSpy failed(&w, &MainWindow::loadFailed);
+        o.tp = 3;
+        w.generatePlan(o);
+        QVERIFY(failed.wait(60000));
+        QVERIFY(failed.first().first().toString().startsWith(QStringLiteral("Cannot generate")));
     }
 
     // The board sorts and filters by status and text; activating a row marks that stage's ops on

@@ -25,6 +25,7 @@
 #include <QToolButton>
 #include <QPainter>
 #include <QSettings>
+#include <QStandardPaths>
 #include <QStatusBar>
 #include <QStyleFactory>
 #include <QSvgGenerator>
@@ -40,6 +41,7 @@
 #include "find_model.hpp"
 #include "graph_view.hpp"
 #include "bug_dialog.hpp"
+#include "generate_dialog.hpp"
 #include "inspector.hpp"
 #include "lesson_panel.hpp"
 #include "io/plan_json.hpp"
@@ -294,6 +296,10 @@ void MainWindow::buildMenus() {
     });
     recentMenu_ = file->addMenu(tr("Open &Recent"));
     file->addAction(tr("&Example Gallery..."), this, &MainWindow::showGallery);
+    file->addAction(tr("&Generate Plan..."), QKeySequence(Qt::CTRL | Qt::Key_G), this, [this] {
+        GenerateDialog dlg(this);
+        if (dlg.exec() == QDialog::Accepted) generatePlan(dlg.options());
+    });
     file->addAction(tr("Open &nnScaler Plans..."), this, [this] {
         // A pair: the single-device (logical) plan, then the parallel plan of it.
         const QString dir = currentPath_.isEmpty() ? QString() : QFileInfo(currentPath_).path();
@@ -922,6 +928,44 @@ ViewOptions MainWindow::currentOptions() const {
 void MainWindow::openPlan(const QString& path) {
     const QString abs = QFileInfo(path).absoluteFilePath();
     startJob([abs](QString* error) { return loadPlan(abs, nullptr, error); }, tr("Opening %1...").arg(QFileInfo(path).fileName()));
+}
+
+void MainWindow::generatePlan(const gen::GenerateOptions& options) {
+    // Generated plans are files like any other (Reload, Open Recent, the command line), kept in
+    // the cache directory under the plan's name.
+    const QString dir = QStandardPaths::writableLocation(QStandardPaths::CacheLocation) + QStringLiteral("/generated");
+    startJob(
+        [options, dir](QString* error) -> std::shared_ptr<LoadedPlan> {
+            QElapsedTimer t;
+            t.start();
+            const auto problem = gen::validate(options);
+            if (!problem.empty()) {
+                *error = QObject::tr("Cannot generate the plan: %1").arg(QString::fromStdString(problem));
+                return nullptr;
+            }
+            const auto doc = gen::generatePlan(options);
+            const QString name = QString::fromStdString(doc.value("name", std::string("generated")));
+            if (!QDir().mkpath(dir)) {
+                *error = QObject::tr("Cannot create %1").arg(dir);
+                return nullptr;
+            }
+            const QString path = dir + QLatin1Char('/') + name + QStringLiteral(".json");
+            {
+                std::ofstream out(path.toStdString());
+                out << doc.dump(1) << "\n";
+                if (!out) {
+                    *error = QObject::tr("Cannot write %1").arg(path);
+                    return nullptr;
+                }
+            }
+            auto res = readPlanJson(doc);
+            if (!res.ok()) {
+                *error = path + QStringLiteral(":\n") + QString::fromStdString(res.problems.front().toString());
+                return nullptr;
+            }
+            return preparePlan(std::move(res.plan), path, nullptr, error, kMaxWrittenOutOps, t);
+        },
+        tr("Generating %1...").arg(QString::fromStdString(options.model)));
 }
 
 void MainWindow::openNnScalerPair(const QString& logicalPath, const QString& parallelPath) {

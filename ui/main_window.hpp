@@ -10,6 +10,7 @@
 #include "find_model.hpp"
 #include "plan_scene.hpp"
 #include "explore/lessons.hpp"
+#include "generate/generator.hpp"
 #include "verify/verifier.hpp"
 
 class QComboBox;
@@ -96,6 +97,9 @@ public:
     /// Injects a catalog bug into a copy of the plan on screen (in the background), opens the
     /// copy and verifies it; emits bugInjected, then verificationFinished.
     void injectBug(const QString& bug, const bugs::MutateOptions& options = {});
+    /// Generates a plan (in the background), saves it under the cache directory and opens it;
+    /// emits planLoaded, or loadFailed with the reason.
+    void generatePlan(const gen::GenerateOptions& options);
     /// The bug injected into the plan on screen (null if none).
     std::shared_ptr<const bugs::Mutant> mutant() const;
     /// What the bug lab says about the last run on an injected bug ("caught at ...").
