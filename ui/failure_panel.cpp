@@ -106,11 +106,13 @@ FailurePanel::FailurePanel(QWidget* parent) : QWidget(parent) {
     table_->setModel(valuesModel_);
     table_->horizontalHeader()->setDefaultSectionSize(64);
     table_->verticalHeader()->setDefaultSectionSize(20);
+    table_->setMaximumHeight(130);  // the diagnosis above keeps the room; larger tensors scroll
     sv->addWidget(table_, 1);
     split->addWidget(body_);
     split->addWidget(stepper_);
     split->setStretchFactor(0, 3);
     split->setStretchFactor(1, 2);
+    split->setSizes({360, 240});
     v->addWidget(split, 1);
 
     connect(first_, &QPushButton::clicked, this, &FailurePanel::first);

@@ -273,7 +273,9 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
         resize(1400, 860);
         // The graphs get most of the height; the stage board and the diagnosis share the rest.
         auto* stages = findChild<QDockWidget*>(QStringLiteral("stages"));
-        if (stages) resizeDocks({stages}, {250}, Qt::Vertical);
+        auto* diagnosis = findChild<QDockWidget*>(QStringLiteral("diagnosis"));
+        if (stages) resizeDocks({stages}, {320}, Qt::Vertical);
+        if (stages && diagnosis) resizeDocks({stages, diagnosis}, {560, 840}, Qt::Horizontal);
     }
     applyTheme(s.value(QStringLiteral("view/dark"), false).toBool());
     scene_->setShowAllLineage(s.value(QStringLiteral("view/allLineage"), true).toBool());
