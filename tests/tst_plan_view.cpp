@@ -2,10 +2,14 @@
 // lineage edges and groups built for each bundled example.
 #include <QtTest>
 #include <QRegularExpression>
+#include <QTemporaryDir>
+
+#include <fstream>
 
 #include <map>
 #include <set>
 
+#include "explore/lessons.hpp"
 #include "explore/plan_view.hpp"
 #include "io/plan_json.hpp"
 
@@ -22,6 +26,37 @@ std::unique_ptr<Plan> load(const QString& name) {
 class TestPlanView : public QObject {
     Q_OBJECT
 private slots:
+    // The bundled lessons load; a broken manifest is reported with file and JSON path, never thrown.
+    void lessonsLoadAndReportProblems_data() {
+        QTest::addColumn<QString>("manifest");
+        QTest::addColumn<QString>("problem");
+        QTest::newRow("not json") << "{" << "not a JSON object";
+        QTest::newRow("format a number") << R"({"format": 1, "version": 1, "lessons": []})" << "/format";
+        QTest::newRow("lessons not an array") << R"({"format": "trainverify-lessons", "version": 1, "lessons": {}})" << "/lessons must be an array";
+        QTest::newRow("missing title")
+            << R"({"format": "trainverify-lessons", "version": 1, "lessons": [{"id": "a", "correct": "c.json", "buggy": "b.json", "explanation": "x"}]})"
+            << "/lessons/0/title: missing";
+        QTest::newRow("no such plan")
+            << R"({"format": "trainverify-lessons", "version": 1, "lessons": [{"id": "a", "title": "t", "correct": "c.json", "buggy": "gone.json", "explanation": "x"}]})"
+            << "/lessons/0/buggy: no plan file";
+    }
+    void lessonsLoadAndReportProblems() {
+        QFETCH(QString, manifest);
+        QFETCH(QString, problem);
+        const auto bundled = loadLessons(TV_SOURCE_DIR "/resources/lessons");
+        QVERIFY(bundled.ok());
+        QCOMPARE(bundled.lessons.size(), std::size_t(6));
+        for (const auto& l : bundled.lessons) QVERIFY(!l.explanation.empty() && !l.correct.empty() && !l.buggy.empty());
+        QTemporaryDir dir;
+        std::ofstream(dir.filePath("c.json").toStdString()) << "{}";
+        std::ofstream(dir.filePath("lessons.json").toStdString()) << manifest.toStdString();
+        const auto list = loadLessons(dir.path().toStdString());
+        QVERIFY(!list.ok());
+        QVERIFY(list.lessons.empty());
+        QVERIFY2(QString::fromStdString(list.problems.front()).contains(problem), list.problems.front().c_str());
+        QVERIFY(QString::fromStdString(list.problems.front()).contains("lessons.json"));
+    }
+
     void layoutOfAChain() {
         LayoutRequest req;
         req.clusters.push_back({"group", -1});

@@ -18,19 +18,15 @@
 #include "graph_view.hpp"
 #include "inspector.hpp"
 #include "main_window.hpp"
+#include "studio_testing.hpp"
 
 using namespace tv;
 using namespace tv::ui;
 
+using testing::example;
+using testing::openAndWait;
+
 namespace {
-QString example(const QString& name) { return QStringLiteral(TV_SOURCE_DIR "/resources/examples/") + name; }
-
-bool openAndWait(MainWindow& w, const QString& path) {
-    QSignalSpy loaded(&w, &MainWindow::planLoaded);
-    w.openPlan(path);
-    return loaded.wait(60000);
-}
-
 int nodeNamed(const PlanScene* scene, const std::string& name, ViewSide side) {
     const auto& nodes = scene->loaded()->view.nodes;
     for (std::size_t i = 0; i < nodes.size(); ++i)
@@ -42,11 +38,7 @@ int nodeNamed(const PlanScene* scene, const std::string& name, ViewSide side) {
 class TestStudio : public QObject {
     Q_OBJECT
 private slots:
-    void initTestCase() {
-        QStandardPaths::setTestModeEnabled(true);
-        QCoreApplication::setOrganizationName(QStringLiteral("TrainVerifyTests"));
-        QCoreApplication::setApplicationName(QStringLiteral("tst_studio"));
-    }
+    void initTestCase() { testing::sandbox(QStringLiteral("tst_studio")); }
 
     void opensEachExample_data() {
         QTest::addColumn<QString>("file");

@@ -28,6 +28,7 @@
 #include "generate_dialog.hpp"
 #include "lesson_panel.hpp"
 #include "main_window.hpp"
+#include "studio_testing.hpp"
 #include "stage_board.hpp"
 #include "verification_controller.hpp"
 
@@ -35,15 +36,10 @@ using namespace tv;
 using namespace tv::ui;
 using json = nlohmann::json;
 
+using testing::example;
+using testing::openAndWait;
+
 namespace {
-QString example(const QString& name) { return QStringLiteral(TV_SOURCE_DIR "/resources/examples/") + name; }
-
-bool openAndWait(MainWindow& w, const QString& path) {
-    QSignalSpy loaded(&w, &MainWindow::planLoaded);
-    w.openPlan(path);
-    return loaded.wait(60000);
-}
-
 bool verifyAndWait(MainWindow& w) {
     QSignalSpy done(&w, &MainWindow::verificationFinished);
     w.verify();
@@ -61,11 +57,7 @@ QAction* actionNamed(MainWindow& w, const QString& name) { return w.findChild<QA
 class TestStudioVerify : public QObject {
     Q_OBJECT
 private slots:
-    void initTestCase() {
-        QStandardPaths::setTestModeEnabled(true);
-        QCoreApplication::setOrganizationName(QStringLiteral("TrainVerifyTests"));
-        QCoreApplication::setApplicationName(QStringLiteral("tst_studio_verify"));
-    }
+    void initTestCase() { testing::sandbox(QStringLiteral("tst_studio_verify")); }
 
     // Every stage reports a result, the run finishes once, nothing is left queued or running, the
     // progress bar ends full, and every drawn op of a proven plan is painted proven.

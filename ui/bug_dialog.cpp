@@ -69,10 +69,7 @@ BugDialog::BugDialog(std::shared_ptr<const Plan> plan, QWidget* parent) : QDialo
     resize(900, 560);
 }
 
-BugDialog::~BugDialog() {
-    // A site search still running finishes on the pool; its watcher goes with this dialog.
-    if (watcher_) watcher_->waitForFinished();
-}
+BugDialog::~BugDialog() = default;  // a search still running keeps the plan alive itself
 
 void BugDialog::selectBug(const QString& name) {
     const auto* b = bugs::findBug(name.toStdString());
@@ -99,7 +96,8 @@ void BugDialog::selectBug(const QString& name) {
         watcher_ = new QFutureWatcher<SitesResult>(this);
         connect(watcher_, &QFutureWatcherBase::finished, this, &BugDialog::onSites);
     }
-    watcher_->waitForFinished();  // one search at a time; the newest wins
+    // The newest search wins: setFuture drops the results a previous future had posted, and the
+    // request id guards the rest. A search still running finishes on the pool; it holds the plan.
     auto plan = plan_;
     const auto bug = name.toStdString();
     watcher_->setProperty("request", id);

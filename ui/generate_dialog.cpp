@@ -17,7 +17,7 @@ GenerateDialog::GenerateDialog(QWidget* parent) : QDialog(parent) {
     setWindowTitle(tr("Generate a Training Plan"));
     auto* v = new QVBoxLayout(this);
     v->addWidget(new QLabel(tr("A whole training step (forward, backward, optimizer) of a model from the zoo, parallelized as "
-                               "chosen, with its lineage. It opens unsaved; File ▸ Export or the command line can write it."),
+                               "chosen, with its lineage. It is saved in the cache directory (so Reload and Open Recent find it) and opens."),
                             this));
     auto* form = new QFormLayout;
     model_ = new QComboBox(this);

@@ -10,6 +10,7 @@
 #include <QElapsedTimer>
 #include <QFutureWatcher>
 #include <QGraphicsItem>
+#include <QFile>
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QLabel>
@@ -524,9 +525,15 @@ void MainWindow::injectBug(const QString& bug, const bugs::MutateOptions& option
     const auto name = bug.toStdString();
     statusBar()->showMessage(tr("Injecting %1...").arg(bug));
     auto* watcher = new QFutureWatcher<std::pair<std::shared_ptr<bugs::Mutant>, QString>>(this);
-    connect(watcher, &QFutureWatcherBase::finished, this, [this, watcher, path, logical, bug] {
+    connect(watcher, &QFutureWatcherBase::finished, this, [this, watcher, path, logical, bug, source] {
         auto [m, error] = watcher->result();
         watcher->deleteLater();
+        if (!scene_->loaded() || scene_->loaded()->source != source) {
+            // Another plan was opened meanwhile: the bug was for the one that is gone.
+            statusBar()->showMessage(tr("%1 was not injected: another plan was opened meanwhile.").arg(bug), 8000);
+            emit bugInjected(false, tr("another plan was opened meanwhile"));
+            return;
+        }
         if (!m) {
             statusBar()->showMessage(tr("Cannot inject %1: %2").arg(bug, error), 10000);
             if (isVisible()) QMessageBox::warning(this, tr("Inject Bug"), tr("Cannot inject %1:\n%2").arg(bug, error));
@@ -544,10 +551,10 @@ void MainWindow::injectBug(const QString& bug, const bugs::MutateOptions& option
             bugVerdict_ = (ok ? tr("Caught where it was injected: ") : tr("Not caught where expected: ")) + QString::fromStdString(why);
             report_ = report;
             failurePanel_->showReport(*report, tr("Bug lab: %1 %2").arg(change, bugVerdict_));
-            focusMarks_.clear();
+            pins_.clear();
+            focusedStage_ = kNone;
             for (const auto& op : m->expect.edited)
-                if (const OpId id = drawnOp(ViewSide::Parallel, op); id != kNone)
-                    focusMarks_.emplace_back(nodeShowing(scene_->loaded()->view, FindHit{ViewSide::Parallel, true, id, -1}), NodeMark::Injected);
+                if (const OpId id = drawnOp(ViewSide::Parallel, op); id != kNone) pins_.push_back({ViewSide::Parallel, id, NodeMark::Injected});
             applyVerificationToScene();
             updateVerifyActions();
             emit verificationFinished();
@@ -594,7 +601,9 @@ void MainWindow::verify() {
     const auto* l = scene_->loaded();
     if (!l) return;
     report_.reset();
-    focusMarks_.clear();
+    pins_.clear();
+    focusedStage_ = kNone;
+    if (!l->mutant) bugVerdict_.clear();
     scene_->setMarks({});
     board_->model()->startRun();
     progress_->setRange(0, board_->model()->rowCount());
@@ -628,12 +637,13 @@ void MainWindow::onVerified(quint64 run, std::shared_ptr<const VerifyReport> rep
     }
     const auto* l = scene_->loaded();
     report_ = report;
-    board_->model()->finish(*report);
+    if (report->results.size() == static_cast<std::size_t>(board_->model()->rowCount())) board_->model()->finish(*report);
+    else board_->model()->abort();  // the engine stopped before giving stage results
     progress_->setValue(progress_->maximum());
     QString where;
     int primary = -1;
     if (report->failure && l) failureMarks(*report->failure, &primary, &where);
-    if (l && l->mutant) {
+    if (l && l->mutant && !report->cancelled) {
         std::string why;
         const bool ok = bugs::caught(*l->mutant, *report, &why);
         bugVerdict_ = (ok ? tr("Caught where it was injected: ") : tr("Not caught where expected: ")) + QString::fromStdString(why);
@@ -655,7 +665,6 @@ void MainWindow::onVerified(quint64 run, std::shared_ptr<const VerifyReport> rep
                 op = l->plan->parallel.findOp(l->plan->names.find(name.substr(0, name.find('~'))));
             if (op != kNone) {
                 revealSteps_ = 0;
-                revealingFailure_ = true;
                 reveal(FindHit{ViewSide::Parallel, true, op, primary});
             }
         } else {
@@ -687,12 +696,16 @@ OpId MainWindow::drawnOp(ViewSide side, const std::string& name) const {
 void MainWindow::showStep(const QString& parallelOp, const QString& logicalOp) {
     const auto* l = scene_->loaded();
     if (!l) return;
-    focusMarks_.clear();
+    pins_.clear();
+    focusedStage_ = kNone;
     const OpId pop = drawnOp(ViewSide::Parallel, parallelOp.toStdString());
     const OpId lop = drawnOp(ViewSide::Logical, logicalOp.toStdString());
     int pnode = -1;
-    if (pop != kNone) focusMarks_.emplace_back(pnode = nodeShowing(l->view, FindHit{ViewSide::Parallel, true, pop, -1}), NodeMark::Focus);
-    if (lop != kNone) focusMarks_.emplace_back(nodeShowing(l->view, FindHit{ViewSide::Logical, true, lop, -1}), NodeMark::Focus);
+    if (pop != kNone) {
+        pins_.push_back({ViewSide::Parallel, pop, NodeMark::Focus});
+        pnode = nodeShowing(l->view, FindHit{ViewSide::Parallel, true, pop, -1});
+    }
+    if (lop != kNone) pins_.push_back({ViewSide::Logical, lop, NodeMark::Focus});
     applyVerificationToScene();
     if (pnode >= 0) {
         view_->centerOnItem(scene_->itemForNode(pnode));
@@ -758,7 +771,10 @@ void MainWindow::applyVerificationToScene() {
             if (l->drawnToSource[d] != kNone) drawn[d] = model->status(l->drawnToSource[d]);
         scene_->setStageStatuses(drawn);
     }
-    auto marks = focusMarks_;
+    std::vector<std::pair<int, NodeMark>> marks;
+    for (const auto& p : pins_) marks.emplace_back(nodeShowing(l->view, FindHit{p.side, true, p.op, -1}), p.mark);
+    if (focusedStage_ != kNone)
+        for (int n : stageNodes(focusedStage_)) marks.emplace_back(n, NodeMark::Focus);
     if (l->mutant)
         for (const auto& op : l->mutant->expect.edited)
             if (const OpId id = drawnOp(ViewSide::Parallel, op); id != kNone)
@@ -770,22 +786,28 @@ void MainWindow::applyVerificationToScene() {
     scene_->setMarks(marks);
 }
 
+std::vector<int> MainWindow::stageNodes(std::uint32_t sourceStage) const {
+    std::vector<int> nodes;
+    const auto* l = scene_->loaded();
+    if (!l) return nodes;
+    for (std::size_t d = 0; d < l->drawnToSource.size() && d < l->view.stageNodes.size(); ++d)
+        if (l->drawnToSource[d] == sourceStage) nodes.insert(nodes.end(), l->view.stageNodes[d].begin(), l->view.stageNodes[d].end());
+    return nodes;
+}
+
 void MainWindow::focusStage(std::uint32_t sourceStage) {
     const auto* l = scene_->loaded();
     if (!l || !l->sourceStages || sourceStage >= l->sourceStages->stages.size()) return;
-    focusMarks_.clear();
+    pins_.clear();
+    focusedStage_ = sourceStage;
+    const auto nodes = stageNodes(sourceStage);
     QRectF box;
-    for (std::size_t d = 0; d < l->drawnToSource.size(); ++d) {
-        if (l->drawnToSource[d] != sourceStage || d >= l->view.stageNodes.size()) continue;
-        for (int n : l->view.stageNodes[d]) {
-            focusMarks_.emplace_back(n, NodeMark::Focus);
-            if (auto* item = scene_->itemForNode(n)) box = box.isNull() ? item->sceneBoundingRect() : box.united(item->sceneBoundingRect());
-        }
-    }
+    for (int n : nodes)
+        if (auto* item = scene_->itemForNode(n)) box = box.isNull() ? item->sceneBoundingRect() : box.united(item->sceneBoundingRect());
     applyVerificationToScene();
     if (!box.isNull()) view_->centerOn(box.center());
-    statusBar()->showMessage(focusMarks_.empty() ? tr("Stage %1 has no op drawn in this view.").arg(sourceStage)
-                                                 : tr("Stage %1: %n node(s) marked on both sides.", nullptr, static_cast<int>(focusMarks_.size())).arg(sourceStage),
+    statusBar()->showMessage(nodes.empty() ? tr("Stage %1 has no op drawn in this view.").arg(sourceStage)
+                                           : tr("Stage %1: %n node(s) marked on both sides.", nullptr, static_cast<int>(nodes.size())).arg(sourceStage),
                              5000);
 }
 
@@ -803,6 +825,7 @@ bool MainWindow::exportReport(const QString& path) {
         // The command line's schema: `trainverify verify PLAN --trace --json`.
         auto json = reportToJson(*report_);
         json["plan"] = {{"file", l->path.toStdString()}, {"name", l->source->name}};
+        if (l->mutant) json["plan"]["mutant"] = {{"bug", l->mutant->bug}, {"change", l->mutant->change}};
         if (!l->logicalPath.isEmpty()) json["nnscaler"] = {{"logical", l->logicalPath.toStdString()}, {"parallel", l->path.toStdString()}};
         json["peak_memory_kb"] = peakMemoryKb();
         out << json.dump(2) << "\n";
@@ -898,18 +921,19 @@ int MainWindow::applyFilter(const ViewFilter& f) {
     return shown;
 }
 
-void MainWindow::startJob(std::function<std::shared_ptr<LoadedPlan>(QString*)> job, const QString& what) {
+void MainWindow::startJob(std::function<std::shared_ptr<LoadedPlan>(QString*)> job, const QString& what, bool open) {
     const auto id = ++jobId_;
+    if (open) openId_ = id;
     statusPlan_->setText(what);
     if (runningJobs_++ == 0) QApplication::setOverrideCursor(Qt::BusyCursor);
     // One watcher per job: a newer job never cancels the delivery of an older one, which is
     // simply dropped when it arrives (value in, value out; GUI state touched only here).
     auto* watcher = new QFutureWatcher<std::pair<std::shared_ptr<LoadedPlan>, QString>>(this);
-    connect(watcher, &QFutureWatcherBase::finished, this, [this, watcher, id] {
+    connect(watcher, &QFutureWatcherBase::finished, this, [this, watcher, id, open] {
         auto [loaded, error] = watcher->result();
         watcher->deleteLater();
         if (--runningJobs_ == 0) QApplication::restoreOverrideCursor();
-        onLoaded(id, std::move(loaded), error);
+        onLoaded(id, std::move(loaded), error, open);
     });
     watcher->setFuture(QtConcurrent::run([job]() -> std::pair<std::shared_ptr<LoadedPlan>, QString> {
         QString error;
@@ -946,16 +970,24 @@ void MainWindow::generatePlan(const gen::GenerateOptions& options) {
                 return nullptr;
             }
             const auto doc = gen::generatePlan(options);
-            const QString name = QString::fromStdString(doc.value("name", std::string("generated")));
+            // The name says model and degrees; the hash tells apart what it leaves out (schedule,
+            // optimizer, format...), so two configurations never share a file.
+            const auto text = doc.dump(1);
+            const QString name = QString::fromStdString(doc.value("name", std::string("generated"))) + QStringLiteral("-") +
+                                 QString::number(static_cast<qulonglong>(std::hash<std::string>{}(text) & 0xffffffffu), 16);
             if (!QDir().mkpath(dir)) {
                 *error = QObject::tr("Cannot create %1").arg(dir);
                 return nullptr;
             }
             const QString path = dir + QLatin1Char('/') + name + QStringLiteral(".json");
             {
-                std::ofstream out(path.toStdString());
-                out << doc.dump(1) << "\n";
-                if (!out) {
+                // Written whole, then renamed into place: a reader never sees half a plan.
+                const QString part = path + QStringLiteral(".part");
+                std::ofstream out(part.toStdString());
+                out << text << "\n";
+                out.close();
+                if (!out || (QFile::exists(path) && !QFile::remove(path)) || !QFile::rename(part, path)) {
+                    QFile::remove(part);
                     *error = QObject::tr("Cannot write %1").arg(path);
                     return nullptr;
                 }
@@ -976,8 +1008,10 @@ void MainWindow::openNnScalerPair(const QString& logicalPath, const QString& par
              tr("Mapping %1 onto %2...").arg(QFileInfo(parallel).fileName(), QFileInfo(logical).fileName()));
 }
 
-void MainWindow::onLoaded(quint64 id, std::shared_ptr<LoadedPlan> loaded, const QString& error) {
-    if (id != jobId_) return;  // a newer job superseded this one
+void MainWindow::onLoaded(quint64 id, std::shared_ptr<LoadedPlan> loaded, const QString& error, bool open) {
+    // A newer open supersedes an open; a re-layout is superseded by any newer job, and is dropped
+    // when the plan it laid out is no longer the one on screen.
+    if (open ? id != openId_ : (id != jobId_ || (loaded && scene_->loaded() && loaded->plan != scene_->loaded()->plan))) return;
     pendingOptions_.reset();
     if (!loaded) {
         const QString msg = error.isEmpty() ? tr("The plan could not be opened.") : error;
@@ -1003,7 +1037,8 @@ void MainWindow::onLoaded(quint64 id, std::shared_ptr<LoadedPlan> loaded, const 
         if (verifying()) verifier_->cancel();
         verifyRun_ = 0;
         report_.reset();
-        focusMarks_.clear();
+        pins_.clear();
+        focusedStage_ = kNone;
         board_->model()->setPlan(loaded->source, loaded->sourceStages);
         failurePanel_->clear();
         // The lesson stays beside its own plans only.
@@ -1013,7 +1048,6 @@ void MainWindow::onLoaded(quint64 id, std::shared_ptr<LoadedPlan> loaded, const 
         }
     }
     applyVerificationToScene();
-    if (revealingFailure_ && !pendingReveal_) revealingFailure_ = false;
     updateVerifyActions();
     if (!samePlan) view_->showStart();
     if (pendingReveal_) {
@@ -1098,7 +1132,7 @@ void MainWindow::relayout(ViewOptions options) {
             }
             return lp;
         },
-        tr("Laying out..."));
+        tr("Laying out..."), /*open=*/false);
 }
 
 void MainWindow::toggleRank(std::int32_t rank) {

@@ -119,8 +119,10 @@ protected:
 
 private:
     void buildMenus();
-    void startJob(std::function<std::shared_ptr<LoadedPlan>(QString*)> job, const QString& what);
-    void onLoaded(quint64 id, std::shared_ptr<LoadedPlan> loaded, const QString& error);
+    /// `open`: the job opens a plan (a file, a generated plan, a buggy copy); otherwise it lays the
+    /// plan on screen out again. A re-layout never supersedes an open.
+    void startJob(std::function<std::shared_ptr<LoadedPlan>(QString*)> job, const QString& what, bool open = true);
+    void onLoaded(quint64 id, std::shared_ptr<LoadedPlan> loaded, const QString& error, bool open);
     ViewOptions currentOptions() const;
     void onNodeSelected(int node);
     void onNodeActivated(int node);
@@ -166,7 +168,8 @@ private:
     QComboBox* filterPhase_ = nullptr;
     QLineEdit* filterKind_ = nullptr;
     bool updatingFilterBar_ = false;
-    quint64 jobId_ = 0;       ///< the newest job; results of older ones are dropped
+    quint64 jobId_ = 0;       ///< the newest job; results of older re-layouts are dropped
+    quint64 openId_ = 0;      ///< the newest open; results of older opens are dropped
     int runningJobs_ = 0;
     std::optional<ViewOptions> pendingOptions_;
     std::optional<FindHit> pendingReveal_;  ///< a Find match to select once what folds it is expanded
@@ -194,8 +197,17 @@ private:
     VerifyOptions verifyOptions_;
     quint64 verifyRun_ = 0;        ///< the run whose results the board shows
     std::shared_ptr<const VerifyReport> report_;
-    std::vector<std::pair<int, NodeMark>> focusMarks_;  ///< a stage focused from the board
-    bool revealingFailure_ = false;  ///< a re-layout under way to show the failing op
+    /// Marks that are not the failure's, kept by op (not by view node, which a re-layout renumbers):
+    /// the stepper's ops, a rejected bug's edited ops; and a stage focused from the board.
+    struct Pin {
+        ViewSide side;
+        OpId op;
+        NodeMark mark;
+    };
+    std::vector<Pin> pins_;
+    std::uint32_t focusedStage_ = kNone;
+    /// The nodes a source stage is drawn as (its drawn stages' nodes).
+    std::vector<int> stageNodes(std::uint32_t sourceStage) const;
 };
 
 }  // namespace tv::ui

@@ -109,6 +109,12 @@ void StageBoardModel::finish(const VerifyReport& report) {
     if (!status_.empty()) emit dataChanged(index(0, Status), index(rowCount() - 1, Note));
 }
 
+void StageBoardModel::abort() {
+    for (std::uint32_t i = 0; i < status_.size(); ++i)
+        if (!isDone(status_[i])) set(i, StageStatus::Skipped);
+    if (!status_.empty()) emit dataChanged(index(0, Status), index(rowCount() - 1, Note));
+}
+
 std::uint32_t StageBoardModel::count(StageStatus s) const {
     return static_cast<std::uint32_t>(std::count(status_.begin(), status_.end(), s));
 }
@@ -259,9 +265,14 @@ StageBoard::StageBoard(QWidget* parent) : QWidget(parent) {
     connect(text_, &QLineEdit::textChanged, filter_, &StageFilterModel::setTextFilter);
     connect(status_, &QComboBox::currentIndexChanged, this, [this] { filter_->setStatusFilter(status_->currentData().toInt()); });
     connect(table_->selectionModel(), &QItemSelectionModel::currentRowChanged, this, [this](const QModelIndex& current) {
-        if (selecting_ || !current.isValid()) return;
+        if (selecting_ || removingRows_ || !current.isValid()) return;
         emit stageActivated(currentStage());
     });
+    // A filtered row leaving (its stage finished) moves the current row: that is not the user's choice.
+    connect(filter_, &QAbstractItemModel::rowsAboutToBeRemoved, this, [this] { removingRows_ = true; });
+    connect(filter_, &QAbstractItemModel::rowsRemoved, this, [this] { removingRows_ = false; });
+    connect(filter_, &QAbstractItemModel::layoutAboutToBeChanged, this, [this] { removingRows_ = true; });
+    connect(filter_, &QAbstractItemModel::layoutChanged, this, [this] { removingRows_ = false; });
     auto updateSummary = [this] {
         if (!model_->verified()) {
             summary_->setText(tr("%n stage(s)", nullptr, model_->rowCount()));

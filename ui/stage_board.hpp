@@ -41,6 +41,8 @@ public:
     void apply(const QVector<StageUpdate>& updates);
     /// The run's final results (statuses of stages never started become skipped).
     void finish(const VerifyReport& report);
+    /// The run ended without results for this plan (an engine error): what had not finished is skipped.
+    void abort();
 
     bool verified() const { return verified_; }  ///< a run has started on this plan
     const std::vector<StageStatus>& statuses() const { return status_; }
@@ -116,6 +118,7 @@ private:
     QComboBox* status_;
     QLabel* summary_;
     bool selecting_ = false;
+    bool removingRows_ = false;
 };
 
 }  // namespace tv::ui

@@ -35,20 +35,22 @@ quint64 VerificationController::start(std::shared_ptr<const Plan> plan, VerifyOp
     }
     auto userStart = options.onStageStart;
     auto userDone = options.onStageDone;
-    // Updates of a superseded run are dropped where they are made.
+    // Updates of a superseded run are dropped where they are made, and its callbacks not called
+    // (a callback calling cancel() must not reach the newer run).
     options.onStageStart = [this, id, userStart](std::uint32_t stage) {
         {
             std::lock_guard lock(mutex_);
-            if (pendingRun_ == id) pending_.push_back({stage, StageStatus::Running, 0, false, kNone, {}});
+            if (pendingRun_ != id) return;
+            pending_.push_back({stage, StageStatus::Running, 0, false, kNone, {}});
         }
         if (userStart) userStart(stage);
     };
     options.onStageDone = [this, id, userDone](const StageResult& r) {
         {
             std::lock_guard lock(mutex_);
-            if (pendingRun_ == id)
-                pending_.push_back({r.stage, r.status, r.reduceSeconds + r.encodeSeconds + r.solveSeconds, r.cached, r.sameAs,
-                                    r.failure ? QString::fromLatin1(toString(r.failure->kind).data()) : QString()});
+            if (pendingRun_ != id) return;
+            pending_.push_back({r.stage, r.status, r.reduceSeconds + r.encodeSeconds + r.solveSeconds, r.cached, r.sameAs,
+                                r.failure ? QString::fromLatin1(toString(r.failure->kind).data()) : QString()});
         }
         if (userDone) userDone(r);
     };

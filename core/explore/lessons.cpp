@@ -21,8 +21,8 @@ LessonList loadLessons(const std::string& dir) {
         out.problems.push_back(where + ": not a JSON object");
         return out;
     }
-    if (doc.value("format", std::string()) != "trainverify-lessons" || !doc.contains("version") || !doc["version"].is_number_integer() ||
-        doc["version"].get<int>() != 1) {
+    if (!doc.contains("format") || !doc["format"].is_string() || doc["format"].get<std::string>() != "trainverify-lessons" ||
+        !doc.contains("version") || !doc["version"].is_number_integer() || doc["version"].get<int>() != 1) {
         out.problems.push_back(where + ": /format and /version must be \"trainverify-lessons\" and 1");
         return out;
     }
@@ -70,7 +70,8 @@ LessonList loadLessons(const std::string& dir) {
                 good = false;
                 continue;
             }
-            *file = std::filesystem::weakly_canonical(path, ec).string();
+            auto canonical = std::filesystem::weakly_canonical(path, ec);
+            *file = ec ? path.string() : canonical.string();
         }
         if (good) out.lessons.push_back(std::move(lesson));
     }

@@ -664,7 +664,15 @@ private:
         f.logical.back().shape = reducedBox(best.slice->box, rec.logical).extent();
         f.logical.back().fullShape = best.slice->box.extent();
         for (const auto& t : *best.copy) f.parallel.push_back(valuesOf(m, P_, t.tensor, pVal_.at(t.tensor)));
-        if (opts_.keepTrace) f.trace = buildTrace(m, best.op, f);
+        if (opts_.keepTrace) {
+            // The trace is an aid: if building it fails (interrupted, out of memory), the
+            // counterexample stands without it.
+            try {
+                f.trace = buildTrace(m, best.op, f);
+            } catch (const std::exception&) {
+                f.trace.reset();
+            }
+        }
         result_.status = StageStatus::Failed;
         result_.failure = f;
     }

@@ -74,7 +74,12 @@ std::string proofKey(const Plan& plan, const Stage& stage, const CheckOptions& o
     if (r.active() && !provenByReplicaZero) {
         // Written out for every replica: which ops are per-microbatch decides the lanes it ties.
         key += "|lanes ";
-        for (auto op : stage.parallelOps) key += plan.parallel.ops[op].microbatch >= 0 ? '1' : '0';
+        for (auto op : stage.parallelOps) {
+            key += plan.parallel.ops[op].microbatch >= 0 ? '1' : '0';
+            for (auto t : plan.parallel.inputs(op)) key += plan.parallel.tensors[t].microbatch >= 0 ? 'm' : 'r';
+            for (auto t : plan.parallel.outputs(op)) key += plan.parallel.tensors[t].microbatch >= 0 ? 'm' : 'r';
+            key += ',';
+        }
     }
     return key;
 }
@@ -184,6 +189,11 @@ VerifyReport VerificationRun::run() {
     std::vector<std::unique_ptr<ExpandedStages>> expansions;
     std::vector<std::unique_ptr<StagePlan>> expandedCuts;
     auto check = [&](const std::vector<std::uint32_t>& ids) {
+        if (cancelled_.load()) {
+            // Cancelled: nothing more is written out or checked.
+            for (auto i : ids) rep.results[i].status = StageStatus::Skipped;
+            return;
+        }
         std::vector<Job> work;
         std::vector<std::uint32_t> cross;
         for (auto i : ids) {
@@ -263,9 +273,15 @@ VerifyReport VerificationRun::run() {
         }
     }
     check(secondWork);
+    // Only obligations actually proven: a stage proven through an isomorphic one counts only when
+    // the two have the same proof key.
     if (opts_.proofs)
-        for (std::uint32_t i = 0; i < stages.size(); ++i)
-            if (rep.results[i].status == StageStatus::Equivalent && !rep.results[i].cached) opts_.proofs->add(proofKeys[i]);
+        for (std::uint32_t i = 0; i < stages.size(); ++i) {
+            const auto& r = rep.results[i];
+            if (r.status != StageStatus::Equivalent || r.cached) continue;
+            if (r.sameAs != kNone && proofKeys[r.sameAs] != proofKeys[i]) continue;
+            opts_.proofs->add(proofKeys[i]);
+        }
     rep.writtenOutStages = static_cast<std::uint32_t>(std::count(local.begin(), local.end(), false));
     rep.uniqueStages = static_cast<std::uint32_t>(firstWork.size() + secondWork.size());
     rep.timing.check = since(t1);

@@ -1,0 +1,28 @@
+// What the Studio's test suites share: bundled example paths, opening a plan and waiting for it,
+// and the settings sandbox every suite starts in.
+#pragma once
+
+#include <QCoreApplication>
+#include <QSignalSpy>
+#include <QStandardPaths>
+
+#include "main_window.hpp"
+
+namespace tv::ui::testing {
+
+inline QString example(const QString& name) { return QStringLiteral(TV_SOURCE_DIR "/resources/examples/") + name; }
+
+/// Settings and caches go to the test locations, under an application name of the suite's own.
+inline void sandbox(const QString& suite) {
+    QStandardPaths::setTestModeEnabled(true);
+    QCoreApplication::setOrganizationName(QStringLiteral("TrainVerifyTests"));
+    QCoreApplication::setApplicationName(suite);
+}
+
+inline bool openAndWait(MainWindow& w, const QString& path) {
+    QSignalSpy loaded(&w, &MainWindow::planLoaded);
+    w.openPlan(path);
+    return loaded.wait(60000);
+}
+
+}  // namespace tv::ui::testing
