@@ -10,6 +10,8 @@
 #include <set>
 
 #include "explore/lessons.hpp"
+#include "explore/verified_view.hpp"
+#include "verify/symmetry.hpp"
 #include "explore/plan_view.hpp"
 #include "io/plan_json.hpp"
 
@@ -26,6 +28,68 @@ std::unique_ptr<Plan> load(const QString& name) {
 class TestPlanView : public QObject {
     Q_OBJECT
 private slots:
+    // A plan stored once is verified as stored and drawn written out: every drawn stage maps to the
+    // stored stage proving the same record, and every stored stage is drawn at least once (once per
+    // lane when it is per lane).
+    void drawnStagesMapToVerifiedStages_data() {
+        QTest::addColumn<QString>("file");
+        QTest::newRow("lanes") << "mlp-dp2-pp2-nm4-lanes.json";
+        QTest::newRow("repeats") << "llama3-l4-dp2-tp2-pp2-nm2-repeats.json";
+        QTest::newRow("not stored") << "mlp-tp2.json";
+    }
+    void drawnStagesMapToVerifiedStages() {
+        QFETCH(QString, file);
+        auto stored = load(file);
+        const auto storedStages = cutStages(*stored);
+        const Plan drawn = expandReplicas(*stored);
+        const auto drawnStages = cutStages(drawn);
+        const auto map = mapDrawnStages(drawn, drawnStages, *stored, storedStages);
+        QCOMPARE(map.size(), drawnStages.stages.size());
+        std::vector<int> hits(storedStages.stages.size(), 0);
+        for (std::size_t d = 0; d < map.size(); ++d) {
+            QVERIFY(map[d] < storedStages.stages.size());
+            QCOMPARE(storedStages.stages[map[d]].output, drawnStages.stages[d].output);  // the same record
+            ++hits[map[d]];
+        }
+        for (int h : hits) QVERIFY(h >= 1);
+        if (stored->replication.active()) QVERIFY(drawnStages.stages.size() >= storedStages.stages.size());
+        // The same plan drawn and verified: the identity.
+        const auto self = mapDrawnStages(*stored, storedStages, *stored, storedStages);
+        for (std::uint32_t i = 0; i < self.size(); ++i) QCOMPARE(self[i], i);
+    }
+
+    // A diagnosis's names resolve in the drawn plan: an instance name as such when the plan is drawn
+    // written out, as its stored op when it is drawn as stored; the counterpart and the other end too.
+    void failuresLocateInTheDrawnPlan() {
+        auto stored = load("mlp-dp2-pp2-nm4-lanes.json");
+        const Plan drawn = expandReplicas(*stored);
+        // An instance that exists only written out.
+        std::string instance;
+        for (OpId op = 0; op < drawn.parallel.ops.size() && instance.empty(); ++op)
+            if (drawn.opName(drawn.parallel, op).find("~dp1") != std::string::npos) instance = drawn.opName(drawn.parallel, op);
+        QVERIFY(!instance.empty());
+        Failure f;
+        f.parallelOp = instance;
+        f.logicalOp = drawn.opName(drawn.logical, 0);
+        f.otherEndTensor = drawn.tensorName(drawn.parallel, 0);
+        bool asStored = true;
+        QCOMPARE(drawnOp(drawn, drawn.parallel, instance, &asStored), drawn.parallel.findOp(drawn.names.find(instance)));
+        QVERIFY(!asStored);
+        auto focus = locateFailure(drawn, f);
+        QCOMPARE(drawn.opName(drawn.parallel, focus.failingOp), instance);
+        QCOMPARE(focus.counterpart, OpId(0));
+        QCOMPARE(focus.otherEnd, TensorId(0));
+        QVERIFY(!focus.otherEndLogical);
+        focus = locateFailure(*stored, f);
+        QVERIFY(focus.failingOpAsStored);
+        QCOMPARE(stored->opName(stored->parallel, focus.failingOp), storedName(instance));
+        // A logical tensor stands for its producer when the failure names no logical op.
+        Failure g;
+        g.tensor = drawn.tensorName(drawn.logical, drawn.logical.outputs(0)[0]);
+        QCOMPARE(locateFailure(drawn, g).counterpart, OpId(0));
+        QCOMPARE(locateFailure(drawn, Failure{}).failingOp, kNone);
+    }
+
     // The bundled lessons load; a broken manifest is reported with file and JSON path, never thrown.
     void lessonsLoadAndReportProblems_data() {
         QTest::addColumn<QString>("manifest");

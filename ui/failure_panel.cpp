@@ -126,20 +126,18 @@ FailurePanel::FailurePanel(QWidget* parent) : QWidget(parent) {
     clear();
 }
 
-void FailurePanel::clear() {
-    headline_->setText(tr("<b>Not verified.</b> Press F5 (Verify ▸ Verify) to check the plan stage by stage."));
+void FailurePanel::showPlaceholder(const QString& headline) {
+    headline_->setText(headline);
     body_->clear();
     trace_.reset();
     step_ = -1;
     showStep();
 }
 
+void FailurePanel::clear() { showPlaceholder(tr("<b>Not verified.</b> Press F5 (Verify ▸ Verify) to check the plan stage by stage.")); }
+
 void FailurePanel::showRunning() {
-    headline_->setText(tr("<b>Verifying…</b> Stages turn green as they are proven; the first failure will be shown here."));
-    body_->clear();
-    trace_.reset();
-    step_ = -1;
-    showStep();
+    showPlaceholder(tr("<b>Verifying…</b> Stages turn green as they are proven; the first failure will be shown here."));
 }
 
 void FailurePanel::showReport(const VerifyReport& r, const QString& where) {

@@ -74,6 +74,8 @@ signals:
     void stepChanged(const QString& parallelOp, const QString& logicalOp);
 
 private:
+    /// No report: a headline, an empty body, no trace.
+    void showPlaceholder(const QString& headline);
     void showStep();
     const TensorValues* chosen() const;
 

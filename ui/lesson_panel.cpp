@@ -41,7 +41,6 @@ LessonPanel::LessonPanel(QWidget* parent) : QWidget(parent) {
 void LessonPanel::showLesson(const Lesson& lesson, bool buggy) {
     lesson_ = lesson;
     shown_ = true;
-    buggy_ = buggy;
     title_->setText(QString::fromStdString(lesson.title));
     which_->setText(buggy ? tr("The buggy plan is open. Press F5 to verify it and find the bug.")
                           : tr("The correct plan is open. Press F5: every stage is proven."));

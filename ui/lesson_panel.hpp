@@ -19,7 +19,6 @@ public:
     /// Shows a lesson; `buggy` says which of its plans is open.
     void showLesson(const Lesson& lesson, bool buggy);
     const Lesson* lesson() const { return shown_ ? &lesson_ : nullptr; }
-    bool buggyOpen() const { return buggy_; }
     QString text() const;
 
 signals:
@@ -34,7 +33,6 @@ private:
     QPushButton* correctButton_;
     Lesson lesson_;
     bool shown_ = false;
-    bool buggy_ = true;
 };
 
 }  // namespace tv::ui

@@ -49,6 +49,7 @@
 #include "nnscaler/nnscaler_pair.hpp"
 #include "stage_board.hpp"
 #include "verification_controller.hpp"
+#include "explore/verified_view.hpp"
 #include "verify/report_html.hpp"
 #include "verify/symmetry.hpp"
 
@@ -103,6 +104,16 @@ std::shared_ptr<LoadedPlan> layout(std::shared_ptr<const Plan> plan, const QStri
 
 namespace {
 
+/// What Verify works on: the plan verified (null: the drawn one), its stages (null: cut them, or
+/// share the drawn ones), and how the drawn stages map onto them.
+void attachVerifiedPlan(LoadedPlan& lp, std::shared_ptr<const Plan> source, std::shared_ptr<const StagePlan> sourceStages) {
+    lp.source = source ? std::move(source) : lp.plan;
+    if (!sourceStages)
+        sourceStages = std::make_shared<const StagePlan>(lp.source == lp.plan ? lp.stages : cutStages(*lp.source));
+    lp.sourceStages = std::move(sourceStages);
+    lp.drawnToSource = mapDrawnStages(*lp.plan, lp.stages, *lp.source, *lp.sourceStages);
+}
+
 /// Everything after reading: replicas written out (or not), stages, view and layout.
 std::shared_ptr<LoadedPlan> preparePlan(std::unique_ptr<Plan> readPlan, const QString& path, const std::set<std::int32_t>* collapsed, QString* error,
                                         std::size_t maxWrittenOutOps, QElapsedTimer& t) {
@@ -129,31 +140,15 @@ std::shared_ptr<LoadedPlan> preparePlan(std::unique_ptr<Plan> readPlan, const QS
     const double read = static_cast<double>(t.nsecsElapsed()) / 1e9;
     auto stages = cutStages(*plan);
     const double cut = static_cast<double>(t.nsecsElapsed()) / 1e9 - read;
-    // What Verify checks is the plan as read, as the command line does; its stages map onto the
-    // drawn ones record by record (writing out keeps one record per stored record, in order).
+    // What Verify checks is the plan as read (a plan stored once: the stored plan), as the command line does.
     std::shared_ptr<const Plan> source = res.plan ? std::shared_ptr<const Plan>(std::move(res.plan)) : plan;
-    std::shared_ptr<const StagePlan> sourceStages;
-    std::vector<std::uint32_t> drawnToSource(stages.stages.size(), kNone);
-    if (source == plan) {
-        sourceStages = std::make_shared<const StagePlan>(stages);
-        for (std::uint32_t i = 0; i < drawnToSource.size(); ++i) drawnToSource[i] = i;
-    } else {
-        sourceStages = std::make_shared<const StagePlan>(cutStages(*source));
-        if (source->lineage.size() == plan->lineage.size())
-            for (std::uint32_t i = 0; i < drawnToSource.size(); ++i) {
-                const auto rec = stages.stages[i].output;
-                if (rec < sourceStages->stageOfRecord.size()) drawnToSource[i] = sourceStages->stageOfRecord[rec];
-            }
-    }
     auto lp = layout(plan, path, options, std::move(stages), error);
     if (lp) {
+        attachVerifiedPlan(*lp, std::move(source), nullptr);
         lp->seconds = static_cast<double>(t.nsecsElapsed()) / 1e9;
         lp->readSeconds = read;
         lp->stageSeconds = cut;
         lp->storedNote = stored;
-        lp->source = std::move(source);
-        lp->sourceStages = std::move(sourceStages);
-        lp->drawnToSource = std::move(drawnToSource);
     }
     return lp;
 }
@@ -194,18 +189,21 @@ std::shared_ptr<LoadedPlan> loadNnScalerPair(const QString& logicalPath, const Q
     return lp;
 }
 
-std::shared_ptr<LoadedPlan> relayoutPlan(std::shared_ptr<const Plan> plan, const QString& path, ViewOptions options, QString* error) {
+std::shared_ptr<LoadedPlan> relayoutPlan(std::shared_ptr<const Plan> plan, const QString& path, ViewOptions options, QString* error,
+                                         const LoadedPlan* previous) {
     QElapsedTimer t;
     t.start();
     auto stages = cutStages(*plan);
     const double cut = static_cast<double>(t.nsecsElapsed()) / 1e9;
     auto lp = layout(plan, path, std::move(options), std::move(stages), error);
     if (lp) {
-        // The caller replaces these with the plan as read when `plan` is a written-out copy of it.
-        lp->source = plan;
-        lp->sourceStages = std::make_shared<const StagePlan>(lp->stages);
-        lp->drawnToSource.resize(lp->stages.stages.size());
-        for (std::uint32_t i = 0; i < lp->drawnToSource.size(); ++i) lp->drawnToSource[i] = i;
+        if (previous) {
+            attachVerifiedPlan(*lp, previous->source, previous->sourceStages);
+            lp->logicalPath = previous->logicalPath;
+            lp->mutant = previous->mutant;
+        } else {
+            attachVerifiedPlan(*lp, nullptr, nullptr);
+        }
         lp->stageSeconds = cut;
         lp->seconds += cut;
         lp->storedNote = storedNoteFor(*lp->plan);
@@ -402,9 +400,7 @@ void MainWindow::buildMenus() {
 bool MainWindow::openLesson(const QString& id, bool buggy) {
     for (const auto& lesson : lessons_) {
         if (QString::fromStdString(lesson.id) != id) continue;
-        lessonPanel_->showLesson(lesson, buggy);
-        lessonDock_->show();
-        lessonDock_->raise();
+        pendingLesson_ = lesson;  // shown when its plan is open
         openPlan(QString::fromStdString(buggy ? lesson.buggy : lesson.correct));
         return true;
     }
@@ -477,14 +473,13 @@ void MainWindow::buildVerification() {
     menu->addAction(tr("Go to &Divergence"), QKeySequence(Qt::Key_F9), failurePanel_, &FailurePanel::goToDivergence);
     connect(failurePanel_, &FailurePanel::stepChanged, this, &MainWindow::showStep);
     menu->addSeparator();
-    exportJsonAction_ = menu->addAction(tr("Export Report as &JSON..."), this, [this] {
-        auto path = QFileDialog::getSaveFileName(this, tr("Export Report"), QString(), tr("JSON (*.json)"));
+    // The file's extension picks the format (exportReport).
+    auto exportAs = [this](const QString& filter) {
+        auto path = QFileDialog::getSaveFileName(this, tr("Export Report"), QString(), filter);
         if (!path.isEmpty() && !exportReport(path)) QMessageBox::warning(this, tr("Export"), tr("Could not write %1").arg(path));
-    });
-    exportHtmlAction_ = menu->addAction(tr("Export Report as &HTML..."), this, [this] {
-        auto path = QFileDialog::getSaveFileName(this, tr("Export Report"), QString(), tr("HTML page (*.html)"));
-        if (!path.isEmpty() && !exportReport(path)) QMessageBox::warning(this, tr("Export"), tr("Could not write %1").arg(path));
-    });
+    };
+    exportJsonAction_ = menu->addAction(tr("Export Report as &JSON..."), this, [exportAs, this] { exportAs(tr("JSON (*.json)")); });
+    exportHtmlAction_ = menu->addAction(tr("Export Report as &HTML..."), this, [exportAs, this] { exportAs(tr("HTML page (*.html)")); });
     updateVerifyActions();
 }
 
@@ -554,7 +549,7 @@ void MainWindow::injectBug(const QString& bug, const bugs::MutateOptions& option
             pins_.clear();
             focusedStage_ = kNone;
             for (const auto& op : m->expect.edited)
-                if (const OpId id = drawnOp(ViewSide::Parallel, op); id != kNone) pins_.push_back({ViewSide::Parallel, id, NodeMark::Injected});
+                if (const OpId id = drawnOp(*scene_->loaded()->plan, scene_->loaded()->plan->parallel, op); id != kNone) pins_.push_back({ViewSide::Parallel, id, NodeMark::Injected});
             applyVerificationToScene();
             updateVerifyActions();
             emit verificationFinished();
@@ -651,18 +646,15 @@ void MainWindow::onVerified(quint64 run, std::shared_ptr<const VerifyReport> rep
                     .arg(QString::fromStdString(l->mutant->bug), QString::fromStdString(l->mutant->change), bugVerdict_);
     }
     failurePanel_->showReport(*report, where);
-    statusBar()->showMessage(QString::fromStdString(reportToText(*report).substr(0, reportToText(*report).find('\n'))), 10000);
+    const auto summary = reportToText(*report);
+    statusBar()->showMessage(QString::fromStdString(summary.substr(0, summary.find('\n'))), 10000);
     if (report->failure && report->failure->stage != kNone) board_->selectStage(report->failure->stage);
     applyVerificationToScene();
     // Take the user to the failing shard: expand what folds it, select and centre it.
     if (report->failure && l && primary >= 0) {
         const auto& n = l->view.nodes[primary];
         if (n.kind == ViewNodeKind::CollapsedRank || n.kind == ViewNodeKind::CollapsedLayer) {
-            const auto& f = *report->failure;
-            const auto name = f.parallelOp.empty() ? std::string() : f.parallelOp;
-            OpId op = name.empty() ? kNone : l->plan->parallel.findOp(l->plan->names.find(name));
-            if (op == kNone && name.find('~') != std::string::npos)
-                op = l->plan->parallel.findOp(l->plan->names.find(name.substr(0, name.find('~'))));
+            const OpId op = locateFailure(*l->plan, *report->failure).failingOp;
             if (op != kNone) {
                 revealSteps_ = 0;
                 reveal(FindHit{ViewSide::Parallel, true, op, primary});
@@ -681,25 +673,13 @@ void MainWindow::onVerified(quint64 run, std::shared_ptr<const VerifyReport> rep
     emit verificationFinished();
 }
 
-OpId MainWindow::drawnOp(ViewSide side, const std::string& name) const {
-    const auto* l = scene_->loaded();
-    if (!l || name.empty()) return kNone;
-    const auto& plan = *l->plan;
-    const Graph& g = side == ViewSide::Logical ? plan.logical : plan.parallel;
-    // A written-out instance ("x~mb1~dp1") is drawn under that name when the plan is drawn written
-    // out; drawn as stored, the stored op stands for it.
-    OpId op = g.findOp(plan.names.find(name));
-    if (op == kNone && name.find('~') != std::string::npos) op = g.findOp(plan.names.find(name.substr(0, name.find('~'))));
-    return op;
-}
-
 void MainWindow::showStep(const QString& parallelOp, const QString& logicalOp) {
     const auto* l = scene_->loaded();
     if (!l) return;
     pins_.clear();
     focusedStage_ = kNone;
-    const OpId pop = drawnOp(ViewSide::Parallel, parallelOp.toStdString());
-    const OpId lop = drawnOp(ViewSide::Logical, logicalOp.toStdString());
+    const OpId pop = drawnOp(*l->plan, l->plan->parallel, parallelOp.toStdString());
+    const OpId lop = drawnOp(*l->plan, l->plan->logical, logicalOp.toStdString());
     int pnode = -1;
     if (pop != kNone) {
         pins_.push_back({ViewSide::Parallel, pop, NodeMark::Focus});
@@ -718,42 +698,28 @@ std::vector<std::pair<int, NodeMark>> MainWindow::failureMarks(const Failure& f,
     const auto* l = scene_->loaded();
     if (!l) return marks;
     const auto& plan = *l->plan;
-    const bool drawnAsStored = l->plan == l->source && l->source->replication.active();
-    auto findOp = [&](const Graph& g, const std::string& name) -> OpId {
-        return drawnOp(&g == &plan.logical ? ViewSide::Logical : ViewSide::Parallel, name);
-    };
-    auto findTensor = [&](const Graph& g, const std::string& name) -> TensorId {
-        if (name.empty()) return kNone;
-        TensorId t = g.findTensor(plan.names.find(name));
-        if (t == kNone && name.find('~') != std::string::npos) t = g.findTensor(plan.names.find(name.substr(0, name.find('~'))));
-        return t;
-    };
-    const OpId pop = findOp(plan.parallel, f.parallelOp);
-    if (pop != kNone) {
-        const int node = nodeShowing(l->view, FindHit{ViewSide::Parallel, true, pop, -1});
+    const auto focus = locateFailure(plan, f);
+    if (focus.failingOp != kNone) {
+        const int node = nodeShowing(l->view, FindHit{ViewSide::Parallel, true, focus.failingOp, -1});
         if (primary) *primary = node;
         marks.emplace_back(node, NodeMark::FailingOp);
-        if (where && drawnAsStored && f.parallelOp.find('~') != std::string::npos)
+        if (where && focus.failingOpAsStored)
             *where = tr("%1 is an instance of the stored op %2, which the graph draws for every lane.")
-                         .arg(QString::fromStdString(f.parallelOp), QString::fromStdString(plan.opName(plan.parallel, pop)));
+                         .arg(QString::fromStdString(f.parallelOp), QString::fromStdString(plan.opName(plan.parallel, focus.failingOp)));
     } else if (where && !f.parallelOp.empty()) {
         *where = tr("%1 is not drawn in this view.").arg(QString::fromStdString(f.parallelOp));
     }
-    if (const OpId lop = findOp(plan.logical, f.logicalOp); lop != kNone)
-        marks.emplace_back(nodeShowing(l->view, FindHit{ViewSide::Logical, true, lop, -1}), NodeMark::Counterpart);
-    else if (const TensorId lt = findTensor(plan.logical, f.tensor); lt != kNone && plan.logical.tensors[lt].producer != kNone)
-        marks.emplace_back(nodeShowing(l->view, FindHit{ViewSide::Logical, true, plan.logical.tensors[lt].producer, -1}), NodeMark::Counterpart);
-    if (!f.otherEndTensor.empty()) {
+    if (focus.counterpart != kNone) marks.emplace_back(nodeShowing(l->view, FindHit{ViewSide::Logical, true, focus.counterpart, -1}), NodeMark::Counterpart);
+    if (focus.otherEnd != kNone) {
         // The other end: the tensor's node if lineage draws it, else the op producing it, else the ops reading it.
-        const Graph& g = f.otherEndLogical ? plan.logical : plan.parallel;
-        const auto side = f.otherEndLogical ? ViewSide::Logical : ViewSide::Parallel;
-        if (const TensorId t = findTensor(g, f.otherEndTensor); t != kNone) {
-            int node = nodeShowing(l->view, FindHit{side, false, t, -1});
-            if (node < 0 && g.tensors[t].producer != kNone) node = nodeShowing(l->view, FindHit{side, true, g.tensors[t].producer, -1});
-            if (node >= 0) marks.emplace_back(node, NodeMark::OtherEnd);
-            else
-                for (OpId c : g.consumers(t)) marks.emplace_back(nodeShowing(l->view, FindHit{side, true, c, -1}), NodeMark::OtherEnd);
-        }
+        const Graph& g = focus.otherEndLogical ? plan.logical : plan.parallel;
+        const auto side = focus.otherEndLogical ? ViewSide::Logical : ViewSide::Parallel;
+        const TensorId t = focus.otherEnd;
+        int node = nodeShowing(l->view, FindHit{side, false, t, -1});
+        if (node < 0 && g.tensors[t].producer != kNone) node = nodeShowing(l->view, FindHit{side, true, g.tensors[t].producer, -1});
+        if (node >= 0) marks.emplace_back(node, NodeMark::OtherEnd);
+        else
+            for (OpId c : g.consumers(t)) marks.emplace_back(nodeShowing(l->view, FindHit{side, true, c, -1}), NodeMark::OtherEnd);
     }
     if (primary && *primary < 0 && !marks.empty()) *primary = marks.front().first;
     return marks;
@@ -777,7 +743,7 @@ void MainWindow::applyVerificationToScene() {
         for (int n : stageNodes(focusedStage_)) marks.emplace_back(n, NodeMark::Focus);
     if (l->mutant)
         for (const auto& op : l->mutant->expect.edited)
-            if (const OpId id = drawnOp(ViewSide::Parallel, op); id != kNone)
+            if (const OpId id = drawnOp(*l->plan, l->plan->parallel, op); id != kNone)
                 marks.emplace_back(nodeShowing(l->view, FindHit{ViewSide::Parallel, true, id, -1}), NodeMark::Injected);
     if (report_ && report_->failure) {
         auto f = failureMarks(*report_->failure, nullptr, nullptr);
@@ -1041,11 +1007,16 @@ void MainWindow::onLoaded(quint64 id, std::shared_ptr<LoadedPlan> loaded, const 
         focusedStage_ = kNone;
         board_->model()->setPlan(loaded->source, loaded->sourceStages);
         failurePanel_->clear();
-        // The lesson stays beside its own plans only.
-        if (const auto* lesson = lessonPanel_->lesson()) {
-            const auto path = QFileInfo(loaded->path).canonicalFilePath().toStdString();
-            if (path != lesson->buggy && path != lesson->correct) lessonDock_->hide();
+        // A lesson shows beside its own plans only, once one of them is open.
+        const auto path = QFileInfo(loaded->path).canonicalFilePath().toStdString();
+        if (pendingLesson_ && (path == pendingLesson_->buggy || path == pendingLesson_->correct)) {
+            lessonPanel_->showLesson(*pendingLesson_, path == pendingLesson_->buggy);
+            lessonDock_->show();
+            lessonDock_->raise();
+        } else if (const auto* lesson = lessonPanel_->lesson(); !lesson || (path != lesson->buggy && path != lesson->correct)) {
+            lessonDock_->hide();
         }
+        pendingLesson_.reset();
     }
     applyVerificationToScene();
     updateVerifyActions();
@@ -1113,26 +1084,9 @@ void MainWindow::relayout(ViewOptions options) {
     const auto* l = scene_->loaded();
     if (!l) return;
     pendingOptions_ = options;
-    auto plan = l->plan;
-    auto path = l->path;
-    auto source = l->source;
-    auto sourceStages = l->sourceStages;
-    auto drawnToSource = l->drawnToSource;
-    auto mutant = l->mutant;
-    auto logicalPath = l->logicalPath;
-    startJob(
-        [plan, path, options, source, sourceStages, drawnToSource, mutant, logicalPath](QString* error) {
-            auto lp = relayoutPlan(plan, path, options, error);
-            if (lp) {
-                lp->source = source;
-                lp->sourceStages = sourceStages;
-                lp->drawnToSource = drawnToSource;
-                lp->mutant = mutant;
-                lp->logicalPath = logicalPath;
-            }
-            return lp;
-        },
-        tr("Laying out..."), /*open=*/false);
+    auto previous = scene_->loadedShared();
+    startJob([previous, options](QString* error) { return relayoutPlan(previous->plan, previous->path, options, error, previous.get()); },
+             tr("Laying out..."), /*open=*/false);
 }
 
 void MainWindow::toggleRank(std::int32_t rank) {

@@ -42,7 +42,10 @@ std::shared_ptr<LoadedPlan> loadPlan(const QString& path, const std::set<std::in
 std::shared_ptr<LoadedPlan> loadNnScalerPair(const QString& logicalPath, const QString& parallelPath, QString* error,
                                              std::size_t maxWrittenOutOps = kMaxWrittenOutOps);
 /// The same for a plan already in memory (re-layout after expanding or collapsing ranks).
-std::shared_ptr<LoadedPlan> relayoutPlan(std::shared_ptr<const Plan> plan, const QString& path, ViewOptions options, QString* error);
+/// `previous` (the plan on screen) lends what a layout does not change: the plan verified and its
+/// stages, the nnScaler pair's logical file, the injected bug.
+std::shared_ptr<LoadedPlan> relayoutPlan(std::shared_ptr<const Plan> plan, const QString& path, ViewOptions options, QString* error,
+                                         const LoadedPlan* previous = nullptr);
 
 class MainWindow : public QMainWindow {
     Q_OBJECT
@@ -146,8 +149,6 @@ private:
     std::vector<std::pair<int, NodeMark>> failureMarks(const Failure& f, int* primary, QString* where) const;
     void updateVerifyActions();
     void buildBugMenu();
-    /// The drawn op a verified op's name stands for (an instance of a stored op: the stored op).
-    OpId drawnOp(ViewSide side, const std::string& name) const;
     /// Marks the stepper's op and its logical counterpart and centres on the op.
     void showStep(const QString& parallelOp, const QString& logicalOp);
 
@@ -184,10 +185,10 @@ private:
     LessonPanel* lessonPanel_ = nullptr;
     QDockWidget* lessonDock_ = nullptr;
     std::vector<Lesson> lessons_;
+    std::optional<Lesson> pendingLesson_;  ///< opened, its plan not yet on screen
     QString bugVerdict_;
     QAction* removeBugAction_ = nullptr;
     QAction* saveBugAction_ = nullptr;
-    std::shared_ptr<const VerifyReport> invalidMutantReport_;
     QProgressBar* progress_ = nullptr;
     QToolButton* cancelButton_ = nullptr;
     QAction* verifyAction_ = nullptr;

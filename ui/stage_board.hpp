@@ -50,7 +50,6 @@ public:
     /// Stages that have a result (proven, failed, inconclusive, skipped).
     std::uint32_t done() const { return done_; }
     std::uint32_t count(StageStatus s) const;
-    const StagePlan* stagePlan() const { return stages_.get(); }
 
     int rowCount(const QModelIndex& parent = {}) const override;
     int columnCount(const QModelIndex& parent = {}) const override;

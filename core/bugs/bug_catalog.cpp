@@ -1193,8 +1193,6 @@ Expectation expectationFor(const Entry& e, const Plan& m, const std::vector<std:
     return x;
 }
 
-std::string baseName(const std::string& n) { return n.substr(0, n.find('~')); }
-
 }  // namespace
 
 const std::vector<BugKind>& catalog() {
@@ -1335,7 +1333,7 @@ bool caught(const Mutant& mutant, const VerifyReport& report, std::string* why) 
         return false;
     }
     const bool stored = x.ranksPerReplica > 0;
-    const auto op = stored ? baseName(f.parallelOp) : f.parallelOp;
+    const auto op = stored ? storedName(f.parallelOp) : f.parallelOp;
     const auto rank = stored && f.rank >= 0 ? f.rank % x.ranksPerReplica : f.rank;
     for (const auto& [name, r] : x.locations)
         if (name == op && r == rank) {
@@ -1343,7 +1341,7 @@ bool caught(const Mutant& mutant, const VerifyReport& report, std::string* why) 
             return true;
         }
     if (f.kind == FailureKind::DataflowBroken) {
-        const auto t = stored ? baseName(f.parallelTensor) : f.parallelTensor;
+        const auto t = stored ? storedName(f.parallelTensor) : f.parallelTensor;
         if (!t.empty() && std::find(x.tensors.begin(), x.tensors.end(), t) != x.tensors.end()) {
             say(found);
             return true;

@@ -13,6 +13,7 @@
 
 #include "ops/normal_form.hpp"
 #include "ops/registry.hpp"
+#include "verify/symmetry.hpp"
 
 namespace tv {
 
@@ -679,7 +680,7 @@ private:
 
     /// "fc2@r0~mb1~dp1", "fc2.mb1@r0" -> "fc2": the name a parallel op shares with its logical op.
     static std::string undecorated(std::string_view name) {
-        std::string s(name.substr(0, name.find('~')));
+        std::string s = storedName(name);
         auto strip = [&](std::string_view tag) {
             for (std::size_t at = s.find(tag); at != std::string::npos; at = s.find(tag, at)) {
                 std::size_t end = at + tag.size();

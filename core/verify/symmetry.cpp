@@ -322,4 +322,6 @@ ExpandedStages expandStages(const Plan& plan, const StagePlan& sp, const std::ve
     return x;
 }
 
+std::string storedName(std::string_view instance) { return std::string(instance.substr(0, instance.find('~'))); }
+
 }  // namespace tv
