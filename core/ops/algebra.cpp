@@ -1,6 +1,8 @@
 #include "ops/algebra.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
 #include <cstdio>
 #include <stdexcept>
 #include <unordered_map>
@@ -48,7 +50,30 @@ z3::expr SymAlgebra::mul(const S& a, const S& b) const {
     if (isNumeral(a, 0) || isNumeral(b, 0)) return zero();
     if (isNumeral(a, 1)) return b;
     if (isNumeral(b, 1)) return a;
+    // sqrt(t) * sqrt(t) = t: the program has a value only where t >= 0, and there it is exact.
+    if (z3::eq(a, b) && a.is_app() && a.num_args() == 1 && z3::eq(a.decl(), fSqrt)) return a.arg(0);
     return a * b;
+}
+
+namespace {
+/// The square root of a nonnegative integer when it is a perfect square.
+std::optional<std::int64_t> exactRoot(std::int64_t v) {
+    if (v < 0) return std::nullopt;
+    auto r = static_cast<std::int64_t>(std::llround(std::sqrt(static_cast<double>(v))));
+    for (auto c : {r - 1, r, r + 1})
+        if (c >= 0 && c <= 3037000499LL && c * c == v) return c;
+    return std::nullopt;
+}
+}  // namespace
+
+z3::expr SymAlgebra::sqrt(const S& a) const {
+    if (a.is_numeral()) {
+        std::int64_t n = 0, d = 0;
+        auto q = a;
+        if (Z3_get_numeral_int64(c, q.numerator(), &n) && Z3_get_numeral_int64(c, q.denominator(), &d))
+            if (auto rn = exactRoot(n), rd = exactRoot(d); rn && rd && *rd != 0) return num(Rational(*rn, *rd));
+    }
+    return fSqrt(a);
 }
 // x / y is x * inv(y): exact for a nonzero constant y, and otherwise linear in x whatever y is.
 // Z3's own x / 0 is a separate unknown for every x, so (a + b) / y = a / y + b / y and

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -65,6 +66,8 @@ struct NumAlgebra {
     B lnot(B a) const { return !a; }
     B btrue() const { return true; }
     S ite(B c, S a, S b) const { return c ? a : b; }
+    /// [id == c]: 1 when the index value names class c, else 0.
+    S hit(S id, std::int64_t c) const { return id == static_cast<double>(c) ? 1.0 : 0.0; }
     std::vector<S> route(const std::vector<S>& scores, const RouteSpec& r) const { return routeExact(scores, r); }
 };
 
@@ -89,8 +92,11 @@ struct SymAlgebra {
     S sum(const std::vector<S>& xs) const;
     S exp(const S& a) const { return fExp(a); }
     S log(const S& a) const { return fLog(a); }
-    S sqrt(const S& a) const { return fSqrt(a); }
-    S rsqrt(const S& a) const { return fRsqrt(a); }
+    /// sqrt(a): exact for the square of a rational constant (sqrt 16 = 4), uninterpreted otherwise.
+    S sqrt(const S& a) const;
+    /// 1/sqrt(a), written as the reciprocal of sqrt (inv(sqrt(a))), so x * rsqrt(a) and x / sqrt(a)
+    /// are the same term: one function, not two unrelated unknowns.
+    S rsqrt(const S& a) const { return div(one(), sqrt(a)); }
     S sigmoid(const S& a) const { return fSigmoid(a); }
     S tanh(const S& a) const { return fTanh(a); }
     S erf(const S& a) const { return fErf(a); }
@@ -103,6 +109,14 @@ struct SymAlgebra {
     B lnot(const B& a) const { return !a; }
     B btrue() const { return c.bool_val(true); }
     S ite(const B& cnd, const S& a, const S& b) const { return z3::ite(cnd, a, b); }
+    /// [id == c]: ite(id == c, 1, 0), unless `indicator` gives the checker's own encoding of it
+    /// (a 0/1 unknown per class of a valid id; verify/check.cpp).
+    S hit(const S& id, std::int64_t c) const {
+        if (indicator)
+            if (auto e = indicator(id, c)) return *e;
+        return z3::ite(id == num(Rational(c)), one(), zero());
+    }
+    std::function<std::optional<z3::expr>(const z3::expr& id, std::int64_t c)> indicator;
     /// Routing as an uninterpreted function of the token's scores and the expert's index: both
     /// sides of a stage route the same scores alike, whatever the selection rule; replay and the
     /// concrete algebra use the exact rule. (Written out exactly, one 256-expert row is about

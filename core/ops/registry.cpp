@@ -88,6 +88,28 @@ std::vector<std::int64_t> attrInts(const json& a, const char* key) {
 std::int64_t normDim(std::int64_t d, std::size_t rank) { return d < 0 ? d + static_cast<std::int64_t>(rank) : d; }
 std::string dimName(const char* what, std::size_t i) { return std::string(what) + " dim " + std::to_string(i); }
 
+/// The full (unreduced) size a size-dependent operator normalizes by. Shape reduction shrinks
+/// how many elements are summed, never the constants: a mean's 1/n, a norm's 1/H and a loss's
+/// 1/tokens are the full plan's, so they compare with literal constants (a 1/4 written in the
+/// parallel plan) exactly as they would at full size (docs/soundness.md, "Size constants").
+std::int64_t fullCount(std::span<const Shape> orig, std::size_t operand, const std::vector<bool>& mask, const Shape& actual) {
+    const Shape& s = operand < orig.size() && orig[operand].size() == actual.size() ? orig[operand] : actual;
+    std::int64_t count = 1;
+    for (std::size_t i = 0; i < mask.size() && i < s.size(); ++i)
+        if (mask[i]) count *= s[i];
+    return count;
+}
+std::int64_t fullLast(std::span<const Shape> orig, std::size_t operand, const Shape& actual) {
+    std::vector<bool> mask(actual.size(), false);
+    if (!mask.empty()) mask.back() = true;
+    return fullCount(orig, operand, mask, actual);
+}
+std::int64_t fullRows(std::span<const Shape> orig, std::size_t operand, const Shape& actual) {
+    std::vector<bool> mask(actual.size(), true);
+    if (!mask.empty()) mask.back() = false;
+    return fullCount(orig, operand, mask, actual);
+}
+
 template <class A, class S>
 void initOut(const A& alg, Value<S>& o) {
     o.v.assign(static_cast<std::size_t>(numel(o.shape)), alg.zero());
@@ -116,16 +138,13 @@ std::int64_t offsetOf(const std::vector<std::int64_t>& idx, const std::vector<st
 /// Data movement: every output element is one input element. Works for float and index tensors.
 template <class S, class F>
 void moveInto(std::span<const Value<S>* const> in, Value<S>& out, F&& source) {
-    bool isInt = !in.empty() && in[0]->isInt;
-    out.isInt = isInt;
+    out.isInt = !in.empty() && in[0]->isInt;
     auto n = static_cast<std::size_t>(numel(out.shape));
-    out.iv.clear();
     out.v.clear();
-    if (isInt) out.iv.reserve(n); else out.v.reserve(n);
+    out.v.reserve(n);
     forEachIndex(out.shape, [&](const std::vector<std::int64_t>& idx, std::int64_t) {
         auto [which, off] = source(idx);
-        if (isInt) out.iv.push_back(in[which]->iv[off]);
-        else out.v.push_back(in[which]->v[off]);
+        out.v.push_back(in[which]->v[off]);
     });
 }
 
@@ -245,7 +264,7 @@ struct Unary {
         if (in[0]->isInt) {
             // Only identity accepts index tensors (checkOp): they pass through unchanged.
             o.isInt = true;
-            o.iv = in[0]->iv;
+            o.v = in[0]->v;
             return;
         }
         initOut(alg, o);
@@ -374,9 +393,7 @@ struct SumOp {
         bool keep = attrBool(ctx.attrs, "keepdim");
         std::vector<std::vector<typename A::S>> parts(static_cast<std::size_t>(numel(o.shape)));
         auto ost = stridesOf(o.shape);
-        std::int64_t count = 1;
-        for (std::size_t i = 0; i < mask.size(); ++i)
-            if (mask[i]) count *= x.shape[i];
+        const std::int64_t count = fullCount(ctx.origInputs, 0, mask, x.shape);
         forEachIndex(x.shape, [&](const std::vector<std::int64_t>& idx, std::int64_t flat) {
             parts[reducedOffset(idx, mask, keep, ost)].push_back(x.v[flat]);
         });
@@ -398,9 +415,7 @@ struct SumBackwardOp {
         auto mask = reducedMask(ctx.attrs, o.shape.size());
         bool keep = attrBool(ctx.attrs, "keepdim");
         auto rst = stridesOf(in[0]->shape);
-        std::int64_t count = 1;
-        for (std::size_t i = 0; i < mask.size(); ++i)
-            if (mask[i]) count *= o.shape[i];
+        const std::int64_t count = fullCount(ctx.origOutputs, 0, mask, o.shape);
         forEachIndex(o.shape, [&](const std::vector<std::int64_t>& idx, std::int64_t flat) {
             const auto& g = in[0]->v[reducedOffset(idx, mask, keep, rst)];
             o.v[flat] = Mean ? alg.mul(g, alg.num(Rational(1, count))) : g;
@@ -707,10 +722,11 @@ struct RmsNormOp {
         initOut(alg, o);
         auto eps = alg.num(attrRat(ctx.attrs, "eps"));
         std::int64_t H = x.shape.back(), rows = numel(x.shape) / H;
+        const std::int64_t Hfull = fullLast(ctx.origInputs, 0, x.shape);
         for (std::int64_t r = 0; r < rows; ++r) {
             std::vector<typename A::S> sq;
             for (std::int64_t i = 0; i < H; ++i) sq.push_back(alg.mul(x.v[r * H + i], x.v[r * H + i]));
-            auto rs = alg.rsqrt(alg.add(alg.mul(alg.sum(sq), alg.num(Rational(1, H))), eps));
+            auto rs = alg.rsqrt(alg.add(alg.mul(alg.sum(sq), alg.num(Rational(1, Hfull))), eps));
             for (std::int64_t i = 0; i < H; ++i) o.v[r * H + i] = alg.mul(alg.mul(x.v[r * H + i], rs), w.v[i]);
         }
     }
@@ -730,6 +746,7 @@ struct RmsNormBackwardOp {
         initOut(alg, dx);
         auto eps = alg.num(attrRat(ctx.attrs, "eps"));
         std::int64_t H = x.shape.back(), rows = numel(x.shape) / H;
+        const std::int64_t Hfull = fullLast(ctx.origInputs, 0, x.shape);
         std::vector<std::vector<typename A::S>> dwTerms(static_cast<std::size_t>(H));
         for (std::int64_t r = 0; r < rows; ++r) {
             std::vector<typename A::S> sq, dot;
@@ -737,9 +754,9 @@ struct RmsNormBackwardOp {
                 sq.push_back(alg.mul(x.v[r * H + i], x.v[r * H + i]));
                 dot.push_back(alg.mul(alg.mul(dy.v[r * H + i], w.v[i]), x.v[r * H + i]));
             }
-            auto rs = alg.rsqrt(alg.add(alg.mul(alg.sum(sq), alg.num(Rational(1, H))), eps));
+            auto rs = alg.rsqrt(alg.add(alg.mul(alg.sum(sq), alg.num(Rational(1, Hfull))), eps));
             auto r3 = alg.mul(alg.mul(rs, rs), rs);
-            auto coef = alg.mul(alg.mul(r3, alg.num(Rational(1, H))), alg.sum(dot));
+            auto coef = alg.mul(alg.mul(r3, alg.num(Rational(1, Hfull))), alg.sum(dot));
             for (std::int64_t i = 0; i < H; ++i) {
                 dx.v[r * H + i] = alg.sub(alg.mul(alg.mul(rs, w.v[i]), dy.v[r * H + i]), alg.mul(x.v[r * H + i], coef));
                 dwTerms[i].push_back(alg.mul(alg.mul(dy.v[r * H + i], x.v[r * H + i]), rs));
@@ -751,9 +768,8 @@ struct RmsNormBackwardOp {
 };
 
 template <class A>
-void layerNormRow(const A& alg, const std::vector<typename A::S>& xs, const typename A::S& eps,
+void layerNormRow(const A& alg, const std::vector<typename A::S>& xs, const typename A::S& eps, std::int64_t H,
                   std::vector<typename A::S>& xhat, typename A::S& rstd) {
-    auto H = static_cast<std::int64_t>(xs.size());
     auto mu = alg.mul(alg.sum(xs), alg.num(Rational(1, H)));
     std::vector<typename A::S> centered, sq;
     for (const auto& v : xs) centered.push_back(alg.sub(v, mu));
@@ -772,10 +788,11 @@ struct LayerNormOp {
         initOut(alg, o);
         auto eps = alg.num(attrRat(ctx.attrs, "eps"));
         std::int64_t H = x.shape.back(), rows = numel(x.shape) / H;
+        const std::int64_t Hfull = fullLast(ctx.origInputs, 0, x.shape);
         for (std::int64_t r = 0; r < rows; ++r) {
             std::vector<typename A::S> xs(x.v.begin() + r * H, x.v.begin() + (r + 1) * H), xhat;
             typename A::S rstd = alg.zero();
-            layerNormRow(alg, xs, eps, xhat, rstd);
+            layerNormRow(alg, xs, eps, Hfull, xhat, rstd);
             for (std::int64_t i = 0; i < H; ++i) o.v[r * H + i] = alg.add(alg.mul(xhat[i], in[1]->v[i]), in[2]->v[i]);
         }
     }
@@ -794,11 +811,12 @@ struct LayerNormBackwardOp {
         initOut(alg, dx);
         auto eps = alg.num(attrRat(ctx.attrs, "eps"));
         std::int64_t H = x.shape.back(), rows = numel(x.shape) / H;
+        const std::int64_t Hfull = fullLast(ctx.origInputs, 0, x.shape);
         std::vector<std::vector<typename A::S>> dwT(static_cast<std::size_t>(H)), dbT(static_cast<std::size_t>(H));
         for (std::int64_t r = 0; r < rows; ++r) {
             std::vector<typename A::S> xs(x.v.begin() + r * H, x.v.begin() + (r + 1) * H), xhat, dxh, dxhx;
             typename A::S rstd = alg.zero();
-            layerNormRow(alg, xs, eps, xhat, rstd);
+            layerNormRow(alg, xs, eps, Hfull, xhat, rstd);
             for (std::int64_t i = 0; i < H; ++i) {
                 dxh.push_back(alg.mul(dy.v[r * H + i], w.v[i]));
                 dxhx.push_back(alg.mul(dxh.back(), xhat[i]));
@@ -806,10 +824,10 @@ struct LayerNormBackwardOp {
                 dbT[i].push_back(dy.v[r * H + i]);
             }
             auto s1 = alg.sum(dxh), s2 = alg.sum(dxhx);
-            auto scale = alg.mul(rstd, alg.num(Rational(1, H)));
+            auto scale = alg.mul(rstd, alg.num(Rational(1, Hfull)));
             for (std::int64_t i = 0; i < H; ++i)
                 dx.v[r * H + i] =
-                    alg.mul(scale, alg.sub(alg.sub(alg.mul(alg.num(H), dxh[i]), s1), alg.mul(xhat[i], s2)));
+                    alg.mul(scale, alg.sub(alg.sub(alg.mul(alg.num(Hfull), dxh[i]), s1), alg.mul(xhat[i], s2)));
         }
         out[1].v.clear();
         out[2].v.clear();
@@ -884,7 +902,6 @@ struct ReshapeOp {
                      const EvalContext&) {
         out[0].isInt = in[0]->isInt;
         out[0].v = in[0]->v;
-        out[0].iv = in[0]->iv;
     }
 };
 
@@ -1161,18 +1178,29 @@ void shapeEmbeddingBackward(C& c, const std::vector<Dims<C>>& in, const std::vec
     c.eq(dy.back(), out[0][1], "hidden");
 }
 
-std::int64_t clampId(std::int64_t id, std::int64_t n) { return n <= 0 ? 0 : ((id % n) + n) % n; }
-
 /// A vocabulary part (vocab-parallel embedding and cross-entropy): the op holds classes
-/// [index * n, (index + 1) * n) of parts * n, n being its own class count. Ids and labels index
-/// the whole vocabulary (modulo its size, as everywhere); the row of an id, or -1 if another part
-/// holds it.
+/// [index * n, (index + 1) * n) of parts * n, n being its own class count.
+///
+/// Ids and labels are values like any other (symbolic in a proof, numbers in replay): the op
+/// compares each with the class numbers it holds, so a check covers every value of the index
+/// data, not one pattern. An id that no class of the whole vocabulary matches (out of range, or
+/// not an integer) selects nothing: its embedding row, label logit and one-hot row are zero, in
+/// every part alike, so the logical op and its vocabulary-parallel form agree on it as on any id.
 struct VocabPart {
     std::int64_t parts = 1, index = 0;
     explicit VocabPart(const json& a) : parts(attrInt(a, "parts", 1)), index(attrInt(a, "index", 0)) {}
-    std::int64_t row(std::int64_t id, std::int64_t n) const {
-        auto r = clampId(id, n * parts) - index * n;
-        return r >= 0 && r < n ? r : -1;
+    /// [id == class r of this part (of n classes)]: 1 or 0.
+    template <class A>
+    typename A::S hit(const A& alg, const typename A::S& id, std::int64_t r, std::int64_t n) const {
+        return alg.hit(id, index * n + r);
+    }
+    /// sum_r [id == class r] * value(r): the value of the class `id` names, 0 if it is not here.
+    template <class A, class F>
+    typename A::S select(const A& alg, const typename A::S& id, std::int64_t n, F&& value) const {
+        std::vector<typename A::S> terms;
+        terms.reserve(static_cast<std::size_t>(n));
+        for (std::int64_t r = 0; r < n; ++r) terms.push_back(alg.mul(hit(alg, id, r, n), value(r)));
+        return alg.sum(terms);
     }
 };
 
@@ -1193,10 +1221,9 @@ struct EmbeddingOp {
         std::int64_t V = w.shape[0], H = w.shape[1];
         const VocabPart part(ctx.attrs);
         o.v.clear();
-        for (auto id : ids.iv) {
-            auto r = part.row(id, V);
-            for (std::int64_t h = 0; h < H; ++h) o.v.push_back(r >= 0 ? w.v[r * H + h] : alg.zero());
-        }
+        for (const auto& id : ids.v)
+            for (std::int64_t h = 0; h < H; ++h)
+                o.v.push_back(part.select(alg, id, V, [&](std::int64_t r) { return w.v[static_cast<std::size_t>(r * H + h)]; }));
     }
 };
 
@@ -1210,11 +1237,12 @@ struct EmbeddingBackwardOp {
         std::int64_t V = o.shape[0], H = o.shape[1];
         const VocabPart part(ctx.attrs);
         std::vector<std::vector<typename A::S>> parts(static_cast<std::size_t>(V * H));
-        for (std::size_t i = 0; i < ids.iv.size(); ++i) {
-            auto r = part.row(ids.iv[i], V);
-            if (r < 0) continue;
-            for (std::int64_t h = 0; h < H; ++h) parts[r * H + h].push_back(dy.v[i * H + h]);
-        }
+        for (std::size_t i = 0; i < ids.v.size(); ++i)
+            for (std::int64_t r = 0; r < V; ++r) {
+                auto hit = part.hit(alg, ids.v[i], r, V);
+                for (std::int64_t h = 0; h < H; ++h)
+                    parts[static_cast<std::size_t>(r * H + h)].push_back(alg.mul(hit, dy.v[i * static_cast<std::size_t>(H) + static_cast<std::size_t>(h)]));
+            }
         o.v.clear();
         for (auto& p : parts) o.v.push_back(alg.sum(p));
     }
@@ -1240,44 +1268,47 @@ void shapeCrossEntropy(C& c, const std::vector<Dims<C>>& in, const std::vector<D
     for (std::size_t i = 0; i < logits.size(); ++i) c.eq(out[0][i], logits[i], dimName("output", i));
 }
 
-/// Mean cross-entropy: (1/N) sum_i (log sum_j exp(l_ij) - l_{i,y_i}).
+/// Mean cross-entropy: (1/N) sum_i (log sum_j exp(l_ij) - l_{i,y_i}), N the full token count.
 struct CrossEntropyOp {
     template <class A>
     static void eval(const A& alg, std::span<const Value<typename A::S>* const> in, std::span<Value<typename A::S>> out,
-                     const EvalContext&) {
+                     const EvalContext& ctx) {
         const auto& l = *in[0];
         const auto& y = *in[1];
         std::int64_t C = l.shape.back(), N = numel(l.shape) / C;
+        const VocabPart all(json::object());
         std::vector<typename A::S> terms;
         for (std::int64_t i = 0; i < N; ++i) {
             std::vector<typename A::S> e;
-            for (std::int64_t j = 0; j < C; ++j) e.push_back(alg.exp(l.v[i * C + j]));
-            terms.push_back(alg.sub(alg.log(alg.sum(e)), l.v[i * C + clampId(y.iv[i], C)]));
+            for (std::int64_t j = 0; j < C; ++j) e.push_back(alg.exp(l.v[static_cast<std::size_t>(i * C + j)]));
+            auto picked = all.select(alg, y.v[static_cast<std::size_t>(i)], C, [&](std::int64_t j) { return l.v[static_cast<std::size_t>(i * C + j)]; });
+            terms.push_back(alg.sub(alg.log(alg.sum(e)), picked));
         }
-        out[0].v = {alg.mul(alg.sum(terms), alg.num(Rational(1, N)))};
+        out[0].v = {alg.mul(alg.sum(terms), alg.num(Rational(1, fullRows(ctx.origInputs, 0, l.shape))))};
     }
 };
 
-/// dlogits_ij = dloss / N * (softmax_ij - [j == y_i]).
+/// dlogits_ij = dloss / N * (softmax_ij - [j == y_i]), N the full token count.
 struct CrossEntropyBackwardOp {
     template <class A>
     static void eval(const A& alg, std::span<const Value<typename A::S>* const> in, std::span<Value<typename A::S>> out,
-                     const EvalContext&) {
+                     const EvalContext& ctx) {
         const auto& l = *in[0];
         const auto& y = *in[1];
         const auto& g = in[2]->v[0];
         auto& o = out[0];
         initOut(alg, o);
         std::int64_t C = l.shape.back(), N = numel(l.shape) / C;
-        auto scale = alg.mul(g, alg.num(Rational(1, N)));
+        const VocabPart all(json::object());
+        auto scale = alg.mul(g, alg.num(Rational(1, fullRows(ctx.origInputs, 0, l.shape))));
         for (std::int64_t i = 0; i < N; ++i) {
             std::vector<typename A::S> e;
-            for (std::int64_t j = 0; j < C; ++j) e.push_back(alg.exp(l.v[i * C + j]));
+            for (std::int64_t j = 0; j < C; ++j) e.push_back(alg.exp(l.v[static_cast<std::size_t>(i * C + j)]));
             auto z = alg.sum(e);
-            auto label = clampId(y.iv[i], C);
             for (std::int64_t j = 0; j < C; ++j) {
-                auto p = alg.div(e[j], z);
-                o.v[i * C + j] = alg.mul(scale, j == label ? alg.sub(p, alg.one()) : p);
+                auto p = alg.div(e[static_cast<std::size_t>(j)], z);
+                auto hit = all.hit(alg, y.v[static_cast<std::size_t>(i)], j, C);
+                o.v[static_cast<std::size_t>(i * C + j)] = alg.mul(scale, alg.sub(p, hit));
             }
         }
     }
@@ -1306,10 +1337,8 @@ struct TargetLogitOp {
         const VocabPart part(ctx.attrs);
         std::int64_t C = l.shape.back();
         out[0].v.clear();
-        for (std::size_t i = 0; i < y.iv.size(); ++i) {
-            auto r = part.row(y.iv[i], C);
-            out[0].v.push_back(r >= 0 ? l.v[static_cast<std::size_t>(static_cast<std::int64_t>(i) * C + r)] : alg.zero());
-        }
+        for (std::size_t i = 0; i < y.v.size(); ++i)
+            out[0].v.push_back(part.select(alg, y.v[i], C, [&](std::int64_t r) { return l.v[i * static_cast<std::size_t>(C) + static_cast<std::size_t>(r)]; }));
     }
 };
 
@@ -1330,10 +1359,8 @@ struct OneHotOp {
         const VocabPart part(ctx.attrs);
         std::int64_t C = out[0].shape.back();
         out[0].v.clear();
-        for (auto id : y.iv) {
-            auto r = part.row(id, C);
-            for (std::int64_t j = 0; j < C; ++j) out[0].v.push_back(j == r ? alg.one() : alg.zero());
-        }
+        for (const auto& id : y.v)
+            for (std::int64_t j = 0; j < C; ++j) out[0].v.push_back(part.hit(alg, id, j, C));
     }
 };
 
@@ -1541,7 +1568,6 @@ struct CopyToAllOp {
         for (auto& o : out) {
             o.isInt = in[0]->isInt;
             o.v = in[0]->v;
-            o.iv = in[0]->iv;
         }
     }
 };
@@ -1997,6 +2023,22 @@ std::optional<OpKind> OpRegistry::find(std::string_view name) const {
     for (std::size_t i = 0; i < specs_.size(); ++i)
         if (specs_[i].name == name) return static_cast<OpKind>(i);
     return std::nullopt;
+}
+
+std::int64_t lookupRange(std::string_view op, const std::vector<Shape>& in, const std::vector<Shape>& out, const json& attrs) {
+    const std::int64_t parts = std::max<std::int64_t>(1, attrInt(attrs, "parts", 1));
+    auto last = [](const std::vector<Shape>& v, std::size_t i) -> std::int64_t {
+        return i < v.size() && !v[i].empty() ? v[i].back() : 0;
+    };
+    auto first = [](const std::vector<Shape>& v, std::size_t i) -> std::int64_t {
+        return i < v.size() && !v[i].empty() ? v[i].front() : 0;
+    };
+    if (op == "embedding") return first(in, 1) * parts;
+    if (op == "embedding_backward") return first(out, 0) * parts;
+    if (op == "target_logit") return last(in, 0) * parts;
+    if (op == "one_hot") return last(out, 0) * parts;
+    if (op == "cross_entropy" || op == "cross_entropy_backward") return last(in, 0);
+    return 0;
 }
 
 std::string checkOp(const OpSpec& spec, const json& attrs, const std::vector<Shape>& inputs,

@@ -19,13 +19,12 @@
 
 namespace tv {
 
-/// A tensor value at (possibly reduced) shape. Float tensors use `v`; integer (index) tensors
-/// carry concrete values in `iv`.
+/// A tensor value at (possibly reduced) shape, one scalar per element. Integer (index) tensors
+/// hold their values in `v` too (unknowns in a proof, whole numbers in replay), flagged isInt.
 template <class S>
 struct Value {
     Shape shape;
     std::vector<S> v;
-    std::vector<std::int64_t> iv;
     bool isInt = false;
 };
 
@@ -171,6 +170,13 @@ private:
 /// message naming the operand, or empty when the op is well-formed.
 std::string checkOp(const OpSpec& spec, const nlohmann::json& attrs, const std::vector<Shape>& inputs,
                     const std::vector<Shape>& outputs, const std::vector<DType>& inputTypes);
+
+/// For an operator that looks index data up (embedding and its backward, cross-entropy and its
+/// backward, target_logit, one_hot): how many classes its ids may name, counted over the whole
+/// vocabulary (every part), at the given (possibly reduced) shapes. 0 for any other operator.
+/// Valid index data names one of these classes; the checker proves stages for every such value.
+std::int64_t lookupRange(std::string_view op, const std::vector<Shape>& inputs, const std::vector<Shape>& outputs,
+                         const nlohmann::json& attrs);
 
 // Multi-index helpers shared by operator semantics and by lineage slicing.
 std::vector<std::int64_t> stridesOf(const Shape& s);

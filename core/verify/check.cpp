@@ -266,6 +266,29 @@ private:
             return true;
         }
         auto m = pieces1[0].convert_model(simplified.convert_model(opt.get_model()));
+        // The model converters of the preprocessing can hand back a model that breaks the original
+        // constraints (a dim of 0 through a divisibility constraint): every reduced shape is checked
+        // against every original constraint, and if any fails the reduction is solved again on the
+        // original constraints alone, or the stage is checked at full shapes.
+        auto satisfies = [&](const z3::model& model) {
+            for (unsigned i = 0; i < sc.constraints.size(); ++i)
+                if (!model.eval(sc.constraints[i], true).is_true()) return false;
+            return true;
+        };
+        if (!satisfies(m)) {
+            z3::optimize direct(ctx_);
+            direct.set(p);
+            for (unsigned i = 0; i < sc.constraints.size(); ++i) direct.add(sc.constraints[i]);
+            direct.minimize(z3::sum(all));
+            auto again = direct.check();
+            if (again == z3::unsat) return infeasible();
+            if (again != z3::sat || !satisfies(direct.get_model())) {
+                result_.note = "shape reduction gave no valid shapes; checking at full shapes";
+                result_.reducedElements = result_.fullElements;
+                return true;
+            }
+            m = direct.get_model();
+        }
         auto readBack = [&](auto& dims, auto& shapes) {
             for (auto& [t, ds] : dims) {
                 Shape s;
@@ -298,10 +321,15 @@ private:
         SymValue v;
         v.shape = shape;
         auto n = numel(shape);
-        if (dtype == DType::Int) {
-            // Index tensors take concrete, distinct-where-possible values; ops reduce them into range.
-            v.isInt = true;
-            for (std::int64_t k = 0; k < n; ++k) v.iv.push_back(k);
+        // Index tensors (token ids, labels) are unknowns like any other: a proof covers every
+        // value of the index data (lookups compare them with class numbers; registry.cpp).
+        v.isInt = dtype == DType::Int;
+        if (v.isInt) {
+            v.v.reserve(static_cast<std::size_t>(n));
+            for (std::int64_t k = 0; k < n; ++k) {
+                v.v.push_back(ctx_.real_const((prefix + indexString(unravel(k, shape))).c_str()));
+                idVars_.emplace(v.v.back().id(), IdVar{v.v.back(), 0, {}});
+            }
             return v;
         }
         v.v.reserve(static_cast<std::size_t>(n));
@@ -317,6 +345,7 @@ private:
             auto lt = plan_.lineage[r].logical;
             if (!lVal_.count(lt)) lVal_.emplace(lt, freshTensor(plan_.tensorName(L_, lt), lShape_[lt], L_.tensors[lt].dtype));
         }
+        assignIndexDomains();
         for (auto r : stage_.inputs) {
             const auto& rec = plan_.lineage[r];
             const auto& ts = lVal_.at(rec.logical);
@@ -334,10 +363,6 @@ private:
                             v.shape = pShape_[pt];
                             v.isInt = ts.isInt;
                             for (std::size_t e = 0; e < offs.size(); ++e) {
-                                if (ts.isInt) {
-                                    v.iv.push_back(ts.iv[offs[e]]);
-                                    continue;
-                                }
                                 std::vector<z3::expr> others;
                                 for (std::size_t j = 0; j + 1 < c.size(); ++j)
                                     others.push_back(alg_.mul(alg_.num(c[j].coeff), pVal_.at(c[j].tensor).v[e]));
@@ -408,6 +433,150 @@ private:
         z3::expr lhs, rhs;
     };
 
+    // ----- index data ---------------------------------------------------------------------------
+
+    /// An unknown standing for one element of index data (a token id, a label). When the logical
+    /// lookups of the stage read it, valid data names one of their `classes` classes (counted at
+    /// the reduced shapes, where the lookups compare ids with exactly those class numbers), and
+    /// [id == c] is encoded as a 0/1 unknown b[c] (c >= 1; [id == 0] = 1 - sum b): the lookups
+    /// become polynomial, so simplification proves what holds for every id alike, and the
+    /// premises (each b is 0 or 1, at most one is 1) make the solver's query exact.
+    struct IdVar {
+        z3::expr var;
+        std::int64_t classes = 0;
+        std::vector<z3::expr> b;  ///< b[c - 1] stands for [id == c]
+    };
+    std::unordered_map<unsigned, IdVar> idVars_;     // by the id unknown's AST id
+    std::unordered_map<unsigned, IdVar*> idOfHit_;   // by an indicator's AST id
+
+    /// The classes of every logical lookup of the stage that reads a logical index tensor given to
+    /// it (directly, or moved by movement ops), before anything is evaluated.
+    void assignIndexDomains() {
+        if (idVars_.empty()) return;
+        const auto& reg = OpRegistry::instance();
+        std::unordered_set<OpId> inStage(stage_.logicalOps.begin(), stage_.logicalOps.end());
+        for (auto& [lt, val] : lVal_) {
+            if (!val.isInt) continue;
+            std::int64_t classes = 0;
+            std::vector<TensorId> work{lt};
+            std::unordered_set<TensorId> seen{lt};
+            while (!work.empty()) {
+                auto t = work.back();
+                work.pop_back();
+                for (auto op : L_.consumers(t)) {
+                    if (!inStage.count(op)) continue;
+                    const auto& spec = reg.spec(L_.ops[op].kind);
+                    std::vector<Shape> ins, outs;
+                    for (auto x : L_.inputs(op)) ins.push_back(lShape_.at(x));
+                    for (auto x : L_.outputs(op)) outs.push_back(lShape_.at(x));
+                    if (auto r = lookupRange(spec.name, ins, outs, plan_.opAttrs(L_, op)); r > 0) {
+                        classes = classes ? std::min(classes, r) : r;
+                        continue;
+                    }
+                    for (auto x : L_.outputs(op))
+                        if (L_.tensors[x].dtype == DType::Int && seen.insert(x).second) work.push_back(x);
+                }
+            }
+            if (classes <= 0) continue;
+            for (const auto& e : val.v) {
+                auto it = idVars_.find(e.id());
+                if (it == idVars_.end() || it->second.classes) continue;
+                auto& iv = it->second;
+                iv.classes = classes;
+                for (std::int64_t c = 1; c < classes; ++c) {
+                    iv.b.push_back(ctx_.real_const((e.to_string() + "==" + std::to_string(c)).c_str()));
+                    idOfHit_.emplace(iv.b.back().id(), &iv);
+                }
+            }
+        }
+        alg_.indicator = [this](const z3::expr& id, std::int64_t c) -> std::optional<z3::expr> {
+            auto it = idVars_.find(id.id());
+            if (it == idVars_.end() || it->second.classes <= 0) return std::nullopt;
+            const auto& iv = it->second;
+            if (c < 0 || c >= iv.classes) return ctx_.real_val(0);  // no valid id names it
+            if (c >= 1) return iv.b[static_cast<std::size_t>(c - 1)];
+            std::vector<z3::expr> rest(iv.b.begin(), iv.b.end());
+            return rest.empty() ? ctx_.real_val(1) : alg_.sub(alg_.one(), alg_.sum(rest));
+        };
+    }
+
+    /// The index unknowns (with a domain) a term reads through their indicators.
+    std::vector<const IdVar*> idVarsIn(std::initializer_list<const z3::expr*> roots) const {
+        std::vector<const IdVar*> found;
+        if (idOfHit_.empty()) return found;
+        std::unordered_set<unsigned> seen;
+        std::unordered_set<const IdVar*> have;
+        std::vector<z3::expr> work;
+        for (const auto* r : roots) work.push_back(*r);
+        while (!work.empty()) {
+            auto e = work.back();
+            work.pop_back();
+            if (!seen.insert(e.id()).second) continue;
+            if (e.is_const()) {
+                if (auto it = idOfHit_.find(e.id()); it != idOfHit_.end() && have.insert(it->second).second) found.push_back(it->second);
+                continue;
+            }
+            if (e.is_app())
+                for (unsigned k = 0; k < e.num_args(); ++k) work.push_back(e.arg(k));
+        }
+        return found;
+    }
+
+    /// Tier 1c: an equation reading index data holds for every valid value of it when it holds in
+    /// every case, each id set to one of its classes. Exact (the domain is finite); only when the
+    /// cases are few, otherwise the solver decides under the premises.
+    template <class Closes>
+    int closesForEveryId(const z3::expr& lhs, const z3::expr& rhs, Closes&& closes) const {
+        auto vars = idVarsIn({&lhs, &rhs});
+        if (vars.empty()) return 0;
+        std::uint64_t cases = 1;
+        for (const auto* v : vars) {
+            cases *= static_cast<std::uint64_t>(v->classes);
+            if (cases > 256) return 0;
+        }
+        std::vector<std::int64_t> value(vars.size(), 0);
+        int how = 1;
+        for (std::uint64_t k = 0; k < cases; ++k) {
+            z3::expr_vector from(ctx_), to(ctx_);
+            for (std::size_t i = 0; i < vars.size(); ++i)
+                for (std::size_t c = 0; c < vars[i]->b.size(); ++c) {
+                    from.push_back(vars[i]->b[c]);
+                    to.push_back(ctx_.real_val(static_cast<std::int64_t>(c + 1) == value[i] ? 1 : 0));
+                }
+            auto l = z3::expr(lhs).substitute(from, to), r = z3::expr(rhs).substitute(from, to);
+            int h = closes(l, r);
+            if (!h) return 0;
+            how = std::max(how, h);
+            for (std::size_t i = 0; i < vars.size(); ++i) {
+                if (++value[i] < vars[i]->classes) break;
+                value[i] = 0;
+            }
+        }
+        return how;
+    }
+
+    /// Each index unknown the equations read names exactly one of its classes, and the id's own
+    /// unknown is that class's number (so a counterexample shows the ids).
+    z3::expr idPremises(const std::vector<Eq>& eqs) const {
+        z3::expr_vector premises(ctx_);
+        std::unordered_set<const IdVar*> done;
+        for (const auto& q : eqs)
+            for (const auto* v : idVarsIn({&q.lhs, &q.rhs})) {
+                if (!done.insert(v).second) continue;
+                z3::expr_vector sum(ctx_), weighted(ctx_);
+                for (std::size_t c = 0; c < v->b.size(); ++c) {
+                    premises.push_back(v->b[c] == 0 || v->b[c] == 1);
+                    sum.push_back(v->b[c]);
+                    weighted.push_back(v->b[c] * ctx_.real_val(static_cast<std::int64_t>(c + 1)));
+                }
+                if (!sum.empty()) {
+                    premises.push_back(z3::sum(sum) <= 1);
+                    premises.push_back(v->var == z3::sum(weighted));
+                }
+            }
+        return premises.empty() ? ctx_.bool_val(true) : z3::mk_and(premises);
+    }
+
     void solve() {
         const auto& rec = plan_.lineage[stage_.output];
         const auto& ts = lVal_.at(rec.logical);
@@ -421,42 +590,49 @@ private:
             auto offs = boxOffsets(ts.shape, reducedBox(s.box, rec.logical));
             std::vector<Eq> open;
             bool usedNormalForm = false;
+            // Tiers 1 and 1b on one equation: 0 open, 1 closed by simplification, 2 by the normal form.
+            auto closes = [&](const z3::expr& lhs, const z3::expr& rhs) -> int {
+                // Terms are hash-consed: the same term on both sides is the same AST, proven
+                // without walking it (a routing mask's term has tens of thousands of nodes).
+                if (z3::eq(lhs, rhs)) return 1;
+                // Tier 1: simplification to a sum-of-monomials normal form decides most stages.
+                auto diff = (lhs - rhs).simplify(simp);
+                if (diff.is_numeral()) {
+                    std::int64_t z = 1;
+                    if (diff.is_numeral_i64(z) && z == 0) return 1;
+                }
+                // Tier 1b: the exp/log identities (a parallel softmax that takes the maximum out
+                // and puts it back): both sides in the exp/log normal form.
+                if (!normal) normal.emplace(alg_);
+                if (normal->mentionsExpLog(lhs) || normal->mentionsExpLog(rhs))
+                    if (auto same = normal->provesEqual(lhs, rhs); same && *same) return 2;
+                return 0;
+            };
             for (const auto& c : s.copies) {
                 for (std::size_t e = 0; e < offs.size(); ++e) {
-                    if (ts.isInt) {
-                        const auto& pv = pVal_.at(c[0].tensor);
-                        if (pv.iv[e] != ts.iv[offs[e]]) open.push_back({ctx_.int_val(static_cast<int64_t>(ts.iv[offs[e]])), ctx_.int_val(static_cast<int64_t>(pv.iv[e]))});
-                        continue;
-                    }
                     std::vector<z3::expr> terms;
                     for (const auto& t : c) terms.push_back(alg_.mul(alg_.num(t.coeff), pVal_.at(t.tensor).v[e]));
                     auto rhs = alg_.sum(terms);
-                    // Terms are hash-consed: the same term on both sides is the same AST, proven
-                    // without walking it (a routing mask's term has tens of thousands of nodes).
-                    if (z3::eq(ts.v[offs[e]], rhs)) continue;
-                    // Tier 1: simplification to a sum-of-monomials normal form decides most stages.
-                    auto diff = (ts.v[offs[e]] - rhs).simplify(simp);
-                    if (diff.is_numeral()) {
-                        std::int64_t z = 1;
-                        if (diff.is_numeral_i64(z) && z == 0) continue;
+                    const auto& lhs = ts.v[offs[e]];
+                    if (int how = closes(lhs, rhs)) {
+                        usedNormalForm = usedNormalForm || how == 2;
+                        continue;
                     }
-                    // Tier 1b: the exp/log identities (a parallel softmax that takes the maximum out
-                    // and puts it back): both sides in the exp/log normal form.
-                    if (!normal) normal.emplace(alg_);
-                    if (normal->mentionsExpLog(ts.v[offs[e]]) || normal->mentionsExpLog(rhs)) {
-                        if (auto same = normal->provesEqual(ts.v[offs[e]], rhs)) {
-                            if (*same) {
-                                usedNormalForm = true;
-                                continue;
-                            }
-                            auto a = normal->normalize(ts.v[offs[e]]), b = normal->normalize(rhs);
+                    // Tier 1c: index data. Every valid value of the ids the equation reads, one case
+                    // at a time (each a few classes at reduced shapes), closed by tiers 1 and 1b.
+                    if (int how = closesForEveryId(lhs, rhs, closes)) {
+                        usedNormalForm = usedNormalForm || how == 2;
+                        continue;
+                    }
+                    if (normal && (normal->mentionsExpLog(lhs) || normal->mentionsExpLog(rhs)))
+                        if (auto same = normal->provesEqual(lhs, rhs); same && !*same) {
+                            auto a = normal->normalize(lhs), b = normal->normalize(rhs);
                             if (a && b) {
                                 open.push_back({*a, *b});
                                 continue;
                             }
                         }
-                    }
-                    open.push_back({ts.v[offs[e]], rhs});
+                    open.push_back({lhs, rhs});
                 }
             }
             if (open.empty()) {
@@ -465,7 +641,9 @@ private:
             }
             z3::expr_vector eqs(ctx_);
             for (const auto& q : open) eqs.push_back(q.lhs == q.rhs);
-            auto goalExpr = !z3::mk_and(eqs);
+            // The index data the equations read takes valid values only (a class of every logical
+            // lookup reading it): the premise of every query.
+            auto goalExpr = idPremises(open) && !z3::mk_and(eqs);
             // Tier 2: solve-eqs and simplification on the negated goal.
             try {
                 z3::goal g(ctx_);
@@ -519,10 +697,10 @@ private:
         tv.shape = v.shape;
         tv.rank = g.tensors[t].rank;
         tv.microbatch = g.tensors[t].microbatch;
-        auto n = offs ? offs->size() : (v.isInt ? v.iv.size() : v.v.size());
+        auto n = offs ? offs->size() : v.v.size();
         for (std::size_t i = 0; i < n && i < 256; ++i) {
             auto k = offs ? static_cast<std::size_t>((*offs)[i]) : i;
-            tv.values.push_back(v.isInt ? std::to_string(v.iv[k]) : value(m, v.v[k]));
+            tv.values.push_back(value(m, v.v[k]));
         }
         return tv;
     }
@@ -585,10 +763,6 @@ private:
             for (const auto& c : s.copies) {
                 std::size_t bad = offs.size();
                 for (std::size_t e = 0; e < offs.size() && bad == offs.size(); ++e) {
-                    if (ts.isInt) {
-                        if (pVal_.at(c[0].tensor).iv[e] != ts.iv[offs[e]]) bad = e;
-                        continue;
-                    }
                     std::vector<z3::expr> terms;
                     for (const auto& t : c) terms.push_back(alg_.mul(alg_.num(t.coeff), pVal_.at(t.tensor).v[e]));
                     if (m.eval(ts.v[offs[e]] == alg_.sum(terms), true).is_false()) bad = e;
@@ -635,10 +809,8 @@ private:
         explainLaneMisalignment(best.op, f);
         auto logicalIdx = unravel(best.offs[best.element], ts.shape);
         f.element = indexString(logicalIdx);
-        f.expected = ts.isInt ? std::to_string(ts.iv[best.offs[best.element]]) : value(m, ts.v[best.offs[best.element]]);
-        if (ts.isInt) {
-            f.actual = std::to_string(pVal_.at(best.copy->front().tensor).iv[best.element]);
-        } else {
+        f.expected = value(m, ts.v[best.offs[best.element]]);
+        {
             std::vector<z3::expr> terms;
             for (const auto& t : *best.copy) terms.push_back(alg_.mul(alg_.num(t.coeff), pVal_.at(t.tensor).v[best.element]));
             f.actual = value(m, alg_.sum(terms));
@@ -780,10 +952,7 @@ private:
                 for (std::size_t e = 0; e < offs.size() && check.holds; ++e) {
                     std::string actual;
                     bool ok = true;
-                    if (ts.isInt) {
-                        ok = pVal_.at(c[0].tensor).iv[e] == ts.iv[offs[e]];
-                        actual = std::to_string(pVal_.at(c[0].tensor).iv[e]);
-                    } else {
+                    {
                         std::vector<z3::expr> terms;
                         for (const auto& t : c) terms.push_back(alg_.mul(alg_.num(t.coeff), pVal_.at(t.tensor).v[e]));
                         auto sum = alg_.sum(terms);
@@ -793,7 +962,7 @@ private:
                     if (ok) continue;
                     check.holds = false;
                     check.element = indexString(unravel(offs[e], ts.shape));
-                    check.expected = ts.isInt ? std::to_string(ts.iv[offs[e]]) : value(m, ts.v[offs[e]]);
+                    check.expected = value(m, ts.v[offs[e]]);
                     check.actual = actual;
                 }
                 // At the op completing the copy: its terms' last producer inside the stage.

@@ -7,16 +7,16 @@
 namespace tv {
 
 namespace {
-constexpr std::array<std::string_view, 8> kKindNames = {
+constexpr std::array<std::string_view, 9> kKindNames = {
     "counterexample", "dataflow_broken", "shape_mismatch", "shape_reduction_infeasible",
-    "lane_misalignment", "unsupported_operator", "inconclusive", "invalid_plan"};
+    "lane_misalignment", "unsupported_operator", "inconclusive", "invalid_plan", "unclaimed_output"};
 }
 
 std::string_view toString(FailureKind k) { return kKindNames[static_cast<std::size_t>(k)]; }
 
 bool isInconclusive(FailureKind k) {
     return k == FailureKind::Inconclusive || k == FailureKind::UnsupportedOperator ||
-           k == FailureKind::ShapeReductionInfeasible;
+           k == FailureKind::ShapeReductionInfeasible || k == FailureKind::UnclaimedOutput;
 }
 
 nlohmann::json TensorValues::toJson() const {

@@ -23,6 +23,7 @@ enum class FailureKind : std::uint8_t {
     UnsupportedOperator,      ///< an op without symbolic semantics
     Inconclusive,             ///< solver unknown, timeout or resource limit
     InvalidPlan,              ///< the plan file is malformed
+    UnclaimedOutput,          ///< a result that leaves the step is claimed by no lineage, so it is not checked
 };
 
 std::string_view toString(FailureKind k);

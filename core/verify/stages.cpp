@@ -42,16 +42,31 @@ StagePlan cutStages(const Plan& plan, const std::vector<bool>* assumed) {
             for (const auto& c : s.copies)
                 for (const auto& t : c) recordOf[t.tensor] = r;
 
-    // A record is initial when it is the first record of a logical tensor nothing produces.
+    // A record is initial (an assumption) when it is the first record of a logical tensor nothing
+    // produces and every parallel tensor it names is one nothing produces either: an assumption
+    // may only describe what the step is given (weights, data, optimizer state, the loss seed).
+    // A record naming a tensor that an op computes is a claim like any other, and is proven.
     std::vector<bool> initial(nrec, false);
     std::vector<bool> seenLogical(L.tensors.size(), false);
+    auto onlyGiven = [&](const LineageRecord& rec) {
+        for (const auto& s : rec.slices)
+            for (const auto& c : s.copies)
+                for (const auto& t : c)
+                    if (P.tensors[t.tensor].producer != kNone) return false;
+        return true;
+    };
     for (std::uint32_t r = 0; r < nrec; ++r) {
         auto t = plan.lineage[r].logical;
-        if (L.tensors[t].producer == kNone && !seenLogical[t]) initial[r] = true;
+        if (L.tensors[t].producer == kNone && !seenLogical[t] && onlyGiven(plan.lineage[r])) {
+            initial[r] = true;
+            seenLogical[t] = true;
+        }
         if (assumed && r < assumed->size() && (*assumed)[r]) initial[r] = true;
-        seenLogical[t] = true;
+        if (L.tensors[t].producer != kNone) seenLogical[t] = true;
         if (initial[r]) sp.initialRecords.push_back(r);
     }
+    std::vector<bool> described(L.tensors.size(), false);
+    for (const auto& rec : plan.lineage) described[rec.logical] = true;
 
     struct Draft {
         Stage stage;
@@ -133,10 +148,12 @@ StagePlan cutStages(const Plan& plan, const std::vector<bool>* assumed) {
                 lw.pop_back();
                 auto op = L.tensors[t].producer;
                 if (op == kNone) {
-                    // A logical source the parallel stage never reads: the parallel plan lost this dataflow.
-                    Failure f = dataflowFailure(plan, kNone, "\"" + lname + "\" depends on \"" + plan.tensorName(L, t) +
-                                                                 "\", but the parallel ops computing it never read a lineage of \"" +
-                                                                 plan.tensorName(L, t) + "\"");
+                    // A logical source the parallel stage never reads: the parallel plan lost this
+                    // dataflow (or computes a copy of a given tensor from something else).
+                    Failure f = dataflowFailure(plan, kNone, t == rec.logical
+                        ? "\"" + lname + "\" is given to the logical step, but the parallel plan computes a copy of it from other tensors instead of receiving it"
+                        : "\"" + lname + "\" depends on \"" + plan.tensorName(L, t) +
+                              "\", but the parallel ops computing it never read a lineage of \"" + plan.tensorName(L, t) + "\"");
                     f.tensor = lname;
                     f.otherEnd = "logical tensor " + plan.tensorName(L, t);
                     f.otherEndTensor = plan.tensorName(L, t);
@@ -211,11 +228,36 @@ StagePlan cutStages(const Plan& plan, const std::vector<bool>* assumed) {
         sp.stages.push_back(std::move(st));
     }
 
-    // Logical results nobody checks: produced, never consumed, and without a lineage.
-    for (TensorId t = 0; t < L.tensors.size(); ++t)
-        if (L.tensors[t].producer != kNone && L.consumers(t).empty() && !seenLogical[t])
-            sp.warnings.push_back("logical output \"" + plan.tensorName(L, t) +
-                                  "\" has no lineage, so the parallel plan's value for it is not checked");
+    // Every result that leaves the step must be claimed, or it is not checked: a logical output
+    // (produced, never consumed) without a lineage, and a parallel tensor of the step's state (a
+    // weight, optimizer state, a gradient, the loss) computed, never read and named by no lineage
+    // (a replica of an updated weight left out). Transient activations never read are dead code,
+    // not results. Not
+    // for part of a plan written out (`assumed`): what it leaves out is checked where it lives.
+    if (!assumed) {
+        for (TensorId t = 0; t < L.tensors.size(); ++t)
+            if (L.tensors[t].producer != kNone && L.consumers(t).empty() && !described[t]) {
+                Failure f;
+                f.kind = FailureKind::UnclaimedOutput;
+                f.tensor = plan.tensorName(L, t);
+                f.logicalOp = plan.opName(L, L.tensors[t].producer);
+                f.message = "logical output \"" + f.tensor + "\" has no lineage, so the parallel plan's value for it is not checked";
+                sp.structural.push_back(std::move(f));
+            }
+        for (TensorId t = 0; t < P.tensors.size(); ++t)
+            if (P.tensors[t].producer != kNone && P.consumers(t).empty() && recordOf[t] == kNone &&
+                P.tensors[t].role != Role::Activation && P.tensors[t].role != Role::Input) {
+                Failure f;
+                f.kind = FailureKind::UnclaimedOutput;
+                locateParallelOp(plan, P.tensors[t].producer, f);
+                f.parallelTensor = plan.tensorName(P, t);
+                f.rank = P.tensors[t].rank;
+                f.coordinates = plan.coordinatesJson(f.rank);
+                f.message = "parallel tensor \"" + f.parallelTensor + "\" (" + std::string(toString(P.tensors[t].role)) +
+                            ") is computed and leaves the step, but no lineage claims it, so its value is not checked";
+                sp.structural.push_back(std::move(f));
+            }
+    }
     return sp;
 }
 

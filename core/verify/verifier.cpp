@@ -251,7 +251,11 @@ VerifyReport VerificationRun::run() {
             representative[i] = i;
             if (decided[i]) continue;
             if (opts_.reuseIsomorphic) {
-                auto [it, fresh] = byKey.emplace(structuralKey(plan_, stages[i]), i);
+                // By proof key, not the bare structural key: two stages written out for every
+                // replica are one obligation only if their lanes repeat alike (which ops and
+                // tensors are per microbatch), and a stage replica 0 proves alone is never the
+                // same obligation as one written out.
+                auto [it, fresh] = byKey.emplace(proofKeys.empty() ? proofKey(plan_, stages[i], opts_.check, local[i]) : proofKeys[i], i);
                 representative[i] = it->second;
                 if (!fresh) continue;
             }
