@@ -19,6 +19,7 @@
 #include "pickle/pickle.hpp"
 #include "verify/symmetry.hpp"
 #include "ops/registry.hpp"
+#include "verify/oracle.hpp"
 #include "verify/report_html.hpp"
 #include "verify/verifier.hpp"
 
@@ -38,6 +39,7 @@ Usage:
   trainverify mutate PLAN.json --bug KIND [--at OP] [--rank R] -o BUGGY.json [--verify [--jobs N] [--json FILE|-]]
   trainverify mutate PLAN.json --bug KIND --sites
   trainverify mutate --list [--json FILE|-]
+  trainverify oracle PLAN.json [--seed N] [--trials N] [--max-elements N] [--json]
   trainverify ops
   trainverify --help | --version
 
@@ -81,6 +83,10 @@ mutate   The bug lab: injects a parallelization bug from the catalog (--list sho
          --verify verifies the mutant and checks that the report catches it where it should
          (the edited op and rank, or one its broken dataflow reaches first); exit 0 if so, 1 if
          not. --json writes that outcome with the whole report. Also --logical/--parallel.
+oracle   Evaluates both plans with real arithmetic at full shapes (written out) on random inputs
+         (index data within the classes its lookups allow) and compares every lineage claim:
+         AGREE (exit 0), DIFFER with the first wrong element (exit 1), or NOT EVALUATED when
+         the plan is too large (exit 2). Evidence, not a proof; verify proves.
 ops      Lists the operators the registry knows.
 
 Exit codes: 0 equivalent, 1 not equivalent, 2 inconclusive, 3 invalid input or usage
@@ -693,6 +699,56 @@ int cmdMutate(const std::vector<std::string>& args) {
     return ok ? 0 : 1;
 }
 
+/// Both plans evaluated with real arithmetic at full shapes on random inputs; every lineage claim
+/// compared. Exit 0: all agree; 1: a claim differs; 2: not evaluated (too large, no concrete
+/// semantics); 3: invalid plan or usage.
+int cmdOracle(const std::vector<std::string>& args) {
+    std::string path;
+    tv::OracleOptions oo;
+    bool asJson = false;
+    for (std::size_t i = 0; i < args.size(); ++i) {
+        const auto& a = args[i];
+        double n = 0;
+        if ((a == "--seed" || a == "--trials" || a == "--max-elements") && i + 1 < args.size()) {
+            if (!parseUnsigned(args[i + 1], n) || n != static_cast<double>(static_cast<std::uint64_t>(n)))
+                return usageError(a + " needs a whole number");
+            ++i;
+            if (a == "--seed") oo.seed = static_cast<std::uint64_t>(n);
+            else if (a == "--trials") oo.trials = std::max(1, static_cast<int>(n));
+            else oo.maxElements = static_cast<std::uint64_t>(n);
+        } else if (a == "--json") {
+            asJson = true;
+        } else if (!a.empty() && a[0] == '-') {
+            return usageError("unknown option " + a);
+        } else if (path.empty()) {
+            path = a;
+        } else {
+            return usageError("oracle takes one plan file");
+        }
+    }
+    if (path.empty()) return usageError("oracle needs a plan file");
+    auto loaded = load(path);
+    if (!loaded.plan) {
+        std::cout << tv::reportToText(loaded.invalid);
+        return 3;
+    }
+    auto res = tv::runOracle(*loaded.plan, oo);
+    if (asJson) {
+        nlohmann::json j = {{"status", std::string(tv::toString(res.status))}, {"elements", res.elements}, {"summary", res.summary()}};
+        j["mismatches"] = nlohmann::json::array();
+        for (const auto& m : res.mismatches)
+            j["mismatches"].push_back({{"tensor", m.logicalTensor}, {"slice", m.slice}, {"copy", m.copy}, {"element", m.element},
+                                       {"expected", m.expected}, {"actual", m.actual}, {"rank", m.rank}, {"final", m.finalOutput}, {"trial", m.trial}});
+        std::cout << j.dump(2) << "\n";
+    } else {
+        std::cout << (res.status == tv::OracleStatus::Agree ? "AGREE: " : res.status == tv::OracleStatus::Differ ? "DIFFER: " : "NOT EVALUATED: ")
+                  << res.summary() << "\n";
+        for (std::size_t i = 1; i < res.mismatches.size() && i < 10; ++i)
+            std::cout << "  also " << res.mismatches[i].logicalTensor << res.mismatches[i].slice << " (" << res.mismatches[i].copy << ")\n";
+    }
+    return res.status == tv::OracleStatus::Agree ? 0 : res.status == tv::OracleStatus::Differ ? 1 : 2;
+}
+
 int cmdOps() {
     for (const auto& s : tv::OpRegistry::instance().all()) {
         std::printf("%-24s %s\n", std::string(s.name).c_str(), std::string(s.summary).c_str());
@@ -722,6 +778,7 @@ int main(int argc, char** argv) {
         if (cmd == "verify") return cmdVerify(rest);
         if (cmd == "inspect") return cmdInspect(rest);
         if (cmd == "ops") return cmdOps();
+        if (cmd == "oracle") return cmdOracle(rest);
         if (cmd == "convert") return cmdConvert(rest);
         if (cmd == "generate") return cmdGenerate(rest);
         if (cmd == "mutate") return cmdMutate(rest);

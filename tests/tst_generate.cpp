@@ -447,7 +447,7 @@ private slots:
         QTest::newRow("softmax gradient without D") << QStringList{p + "backward.dscores_unscaled.step0@r0"} << 1 << p + "backward.dprobs.step0@r0"
                                                    << p + "backward.dq.step1@r0";
         QTest::newRow("dk accumulator dropped on the way") << QStringList{p + "backward.dk_acc.step1@r1"} << 0 << p + "backward.dk_part.step1@r1"
-                                                          << p + "backward.dk.home.send@r1";
+                                                          << p + "backward.dk.home.send@r0";
         // Both blocks shifted by the block's own maximum: the forward stays exact (any common shift
         // cancels, and the exp identities prove it), but the backward recomputes the probabilities
         // from the saved running maximum, which no longer matches the saved sum.

@@ -1,6 +1,8 @@
 #include "verify/check.hpp"
 
 #include <cctype>
+#include <cmath>
+#include <random>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -189,7 +191,11 @@ private:
             std::vector<SymbolicShapes::D> dims;
             for (std::size_t d = 0; d < s.size(); ++d) {
                 auto v = ctx_.int_const((std::string(1, side) + std::to_string(t) + "_" + std::to_string(d)).c_str());
-                sc.constraints.push_back(v >= 1 && v <= ctx_.int_val(static_cast<int64_t>(s[d])));
+                // Every dim keeps size >= 2 (or its full size, if smaller): at size 1 an index has
+                // one value, so reading the wrong one (a transpose, a swapped operand of a square
+                // matmul, a row of another shard) cannot be told from reading the right one.
+                sc.constraints.push_back(v >= ctx_.int_val(static_cast<int64_t>(std::min<std::int64_t>(2, s[d]))) &&
+                                         v <= ctx_.int_val(static_cast<int64_t>(s[d])));
                 all.push_back(v);
                 dims.push_back({v, s[d]});
             }
@@ -670,9 +676,39 @@ private:
                 ++result_.tiers.solver;
                 continue;
             }
+            // A model may give the uninterpreted functions values no real function takes (sqrt
+            // negative, inv(y) * y != 1). Confirmed with the real functions, it is a counterexample;
+            // otherwise the query is refined with facts of the real functions on the terms it reads
+            // (and their domains: the step has a value only where sqrt and log have theirs and no
+            // division is by zero), and asked again; a model still not confirmed is inconclusive.
+            bool refined = false;
+            while (res == z3::sat && !confirmed(solver.get_model()) && !refined) {
+                refined = true;
+                solver.add(realFunctionFacts(open));
+                res = solver.check();
+            }
+            // Still not confirmed: the model's inputs may simply not witness a real difference (a
+            // routing that happens to choose alike). Random inputs, evaluated with the real
+            // functions, are tried; a witness found is given to the solver as the inputs.
+            if (res == z3::sat && !confirmed(solver.get_model()))
+                if (auto witness = findWitness(open)) {
+                    solver.add(*witness);
+                    res = solver.check();
+                }
+            if (res == z3::unsat) {
+                ++result_.tiers.solver;
+                continue;
+            }
             if (res == z3::unknown) {
                 fail(FailureKind::Inconclusive, "the solver could not decide the lineage of slice " + s.box.toString() + " (" +
                                                     solver.reason_unknown() + ")");
+                result_.failure->slice = s.box.toString();
+                return;
+            }
+            if (!confirmed(solver.get_model())) {
+                fail(FailureKind::Inconclusive, "the solver's counterexample for slice " + s.box.toString() +
+                                                    " needs values that no real function takes (an uninterpreted sqrt, exp or division), "
+                                                    "and the real functions do not confirm it");
                 result_.failure->slice = s.box.toString();
                 return;
             }
@@ -682,9 +718,189 @@ private:
         result_.status = StageStatus::Equivalent;
     }
 
+    // ----- the real functions -----------------------------------------------------------------
+
+    /// Whether a term applies an uninterpreted function (its value under a model is then the
+    /// model's guess, not the real function's).
+    bool mentionsFunction(const z3::expr& root) const {
+        std::unordered_set<unsigned> seen;
+        std::vector<z3::expr> work{root};
+        while (!work.empty()) {
+            auto e = work.back();
+            work.pop_back();
+            if (!seen.insert(e.id()).second || !e.is_app()) continue;
+            if (e.num_args() > 0 && e.decl().decl_kind() == Z3_OP_UNINTERPRETED) return true;
+            for (unsigned k = 0; k < e.num_args(); ++k) work.push_back(e.arg(k));
+        }
+        return false;
+    }
+
+    /// A term's value with the model's inputs and the real functions (NaN where undefined).
+    double realValue(const z3::model& m, const z3::expr& e) const {
+        try {
+            return evaluateTerm(e, [&](const std::string& name) {
+                auto v = m.eval(ctx_.real_const(name.c_str()), true);
+                std::string text = v.is_numeral() ? v.get_decimal_string(17) : "0";
+                if (!text.empty() && text.back() == '?') text.pop_back();
+                return std::stod(text);
+            });
+        } catch (const std::exception&) {
+            return std::nan("");
+        }
+    }
+
+    /// Random inputs (multiples of 1/64 in [-2, 2]; ids a class of their domain) under which some
+    /// equation really differs with the real functions, as constraints fixing every input; none
+    /// if 64 draws find none.
+    std::optional<z3::expr> findWitness(const std::vector<Eq>& eqs) const {
+        std::vector<z3::expr> inputs;
+        {
+            std::unordered_set<unsigned> seen;
+            std::vector<z3::expr> work;
+            for (const auto& q : eqs) {
+                work.push_back(q.lhs);
+                work.push_back(q.rhs);
+            }
+            while (!work.empty()) {
+                auto e = work.back();
+                work.pop_back();
+                if (!seen.insert(e.id()).second || !e.is_app()) continue;
+                if (e.num_args() == 0 && e.decl().decl_kind() == Z3_OP_UNINTERPRETED && e.decl().name().str() != "%pi") {
+                    inputs.push_back(e);
+                    continue;
+                }
+                for (unsigned k = 0; k < e.num_args(); ++k) work.push_back(e.arg(k));
+            }
+        }
+        std::mt19937_64 rng(0x5eed + stage_.id);
+        std::uniform_int_distribution<int> sixtyFourths(-128, 128);
+        for (int trial = 0; trial < 64; ++trial) {
+            std::unordered_map<std::string, std::int64_t> num;  // value * 64
+            for (const auto& in : inputs) {
+                auto name = in.decl().name().str();
+                if (idOfHit_.count(in.id())) continue;  // set from its id below
+                if (auto it = idVars_.find(in.id()); it != idVars_.end() && it->second.classes > 0) {
+                    num[name] = 64 * std::uniform_int_distribution<std::int64_t>(0, it->second.classes - 1)(rng);
+                    continue;
+                }
+                num[name] = sixtyFourths(rng);
+            }
+            for (const auto& [vid, iv] : idVars_) {
+                (void)vid;
+                if (iv.classes <= 0) continue;
+                auto name = iv.var.decl().name().str();
+                if (!num.count(name)) num[name] = 64 * std::uniform_int_distribution<std::int64_t>(0, iv.classes - 1)(rng);
+                for (std::size_t c = 0; c < iv.b.size(); ++c)
+                    num[iv.b[c].decl().name().str()] = num[name] == 64 * static_cast<std::int64_t>(c + 1) ? 64 : 0;
+            }
+            auto at = [&](const std::string& name) {
+                auto it = num.find(name);
+                return it == num.end() ? 0.0 : static_cast<double>(it->second) / 64.0;
+            };
+            bool differs = false;
+            for (const auto& q : eqs) {
+                double a = 0, b = 0;
+                try {
+                    a = evaluateTerm(q.lhs, at);
+                    b = evaluateTerm(q.rhs, at);
+                } catch (const std::exception&) {
+                    continue;
+                }
+                if (std::isfinite(a) && (!std::isfinite(b) || std::abs(a - b) > 1e-7 * (1 + std::abs(a) + std::abs(b)))) {
+                    differs = true;
+                    break;
+                }
+            }
+            if (!differs) continue;
+            z3::expr_vector fix(ctx_);
+            for (const auto& [name, v] : num)
+                fix.push_back(ctx_.real_const(name.c_str()) == ctx_.real_val((std::to_string(v) + "/64").c_str()));
+            return z3::mk_and(fix);
+        }
+        return std::nullopt;
+    }
+
+    /// Whether lhs != rhs under the model with the real functions: exactly (in the model) when
+    /// neither side applies an uninterpreted function, else as numbers, beyond rounding.
+    bool reallyDiffers(const z3::model& m, const z3::expr& lhs, const z3::expr& rhs) const {
+        if (!mentionsFunction(lhs) && !mentionsFunction(rhs)) return m.eval(lhs == rhs, true).is_false();
+        const double a = realValue(m, lhs), b = realValue(m, rhs);
+        // Where the logical step has no value (sqrt of a negative, a division by zero) there is
+        // nothing to disagree with; where it has one and the parallel plan does not, they differ.
+        if (!std::isfinite(a)) return false;
+        if (!std::isfinite(b)) return true;
+        return std::abs(a - b) > 1e-7 * (1 + std::abs(a) + std::abs(b));
+    }
+
+    /// Whether some copy of the stage's output really differs from its logical slice under the
+    /// model (the real functions agree with the solver's counterexample).
+    bool confirmed(const z3::model& m) const {
+        const auto& rec = plan_.lineage[stage_.output];
+        const auto& ts = lVal_.at(rec.logical);
+        for (const auto& s : rec.slices) {
+            auto offs = boxOffsets(ts.shape, reducedBox(s.box, rec.logical));
+            for (const auto& c : s.copies)
+                for (std::size_t e = 0; e < offs.size(); ++e) {
+                    std::vector<z3::expr> terms;
+                    for (const auto& t : c) terms.push_back(alg_.mul(alg_.num(t.coeff), pVal_.at(t.tensor).v[e]));
+                    if (reallyDiffers(m, ts.v[offs[e]], alg_.sum(terms))) return true;
+                }
+        }
+        return false;
+    }
+
+    /// Facts of the real functions on every application the equations read: sqrt(t) >= 0 and
+    /// sqrt(t)^2 = t where t >= 0; y * inv(y) = 1 where y != 0; exp(t) > 0; exp(log(t)) = t where
+    /// t > 0; 0 < sigmoid(t) < 1; -1 < tanh(t) < 1. The logical step's own domain (its sqrt and
+    /// log arguments, its divisors) becomes a premise: where it has no value there is nothing to
+    /// prove. The parallel plan's never does: where it has no value and the logical step has one,
+    /// that is a difference.
+    z3::expr realFunctionFacts(const std::vector<Eq>& eqs) const {
+        z3::expr_vector facts(ctx_);
+        std::unordered_set<unsigned> seen;
+        std::vector<std::pair<z3::expr, bool>> work;  // (term, read by the logical side)
+        for (const auto& q : eqs) work.emplace_back(q.lhs, true);
+        for (const auto& q : eqs) work.emplace_back(q.rhs, false);
+        auto zero = ctx_.real_val(0), one = ctx_.real_val(1);
+        while (!work.empty()) {
+            auto [e, logical] = work.back();
+            work.pop_back();
+            if (!seen.insert(e.id()).second || !e.is_app()) continue;
+            for (unsigned k = 0; k < e.num_args(); ++k) work.emplace_back(e.arg(k), logical);
+            if (e.num_args() != 1 || e.decl().decl_kind() != Z3_OP_UNINTERPRETED) continue;
+            const auto f = e.decl();
+            const auto t = e.arg(0);
+            if (z3::eq(f, alg_.fSqrt)) {
+                if (logical) facts.push_back(t >= zero);
+                facts.push_back(e >= zero);
+                facts.push_back(z3::implies(t >= zero, e * e == t));
+            } else if (z3::eq(f, alg_.fInv)) {
+                if (logical) facts.push_back(t != zero);
+                facts.push_back(z3::implies(t != zero, t * e == one));
+            } else if (z3::eq(f, alg_.fExp)) {
+                facts.push_back(e > zero);
+            } else if (z3::eq(f, alg_.fLog)) {
+                if (logical) facts.push_back(t > zero);
+                facts.push_back(z3::implies(t > zero, alg_.fExp(e) == t));
+            } else if (z3::eq(f, alg_.fSigmoid)) {
+                facts.push_back(e > zero && e < one);
+            } else if (z3::eq(f, alg_.fTanh)) {
+                facts.push_back(e > -one && e < one);
+            }
+        }
+        return facts.empty() ? ctx_.bool_val(true) : z3::mk_and(facts);
+    }
+
     // ----- counterexample replay ------------------------------------------------------------
 
+    /// A value as shown: exact from the model, or, for a term applying an uninterpreted function,
+    /// the real function's value on the model's inputs (what the step would compute).
     std::string value(const z3::model& m, const z3::expr& e) const {
+        if (mentionsFunction(e)) {
+            char buf[64];
+            std::snprintf(buf, sizeof buf, "%.9g", realValue(m, e));
+            return buf;
+        }
         auto v = m.eval(e, true);
         if (v.is_numeral()) return Z3_get_numeral_string(ctx_, v);
         return v.to_string();
@@ -765,7 +981,7 @@ private:
                 for (std::size_t e = 0; e < offs.size() && bad == offs.size(); ++e) {
                     std::vector<z3::expr> terms;
                     for (const auto& t : c) terms.push_back(alg_.mul(alg_.num(t.coeff), pVal_.at(t.tensor).v[e]));
-                    if (m.eval(ts.v[offs[e]] == alg_.sum(terms), true).is_false()) bad = e;
+                    if (reallyDiffers(m, ts.v[offs[e]], alg_.sum(terms))) bad = e;
                 }
                 if (bad == offs.size()) continue;
                 // The op that completes this copy: the last producer of its terms in graph order.
@@ -956,7 +1172,7 @@ private:
                         std::vector<z3::expr> terms;
                         for (const auto& t : c) terms.push_back(alg_.mul(alg_.num(t.coeff), pVal_.at(t.tensor).v[e]));
                         auto sum = alg_.sum(terms);
-                        ok = !m.eval(ts.v[offs[e]] == sum, true).is_false();
+                        ok = !reallyDiffers(m, ts.v[offs[e]], sum);
                         if (!ok) actual = value(m, sum);
                     }
                     if (ok) continue;

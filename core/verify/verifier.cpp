@@ -9,6 +9,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "verify/oracle.hpp"
 #include "verify/symmetry.hpp"
 
 namespace tv {
@@ -337,6 +338,20 @@ VerifyReport VerificationRun::run() {
     } else {
         rep.verdict = Verdict::Equivalent;
     }
+    if (rep.verdict == Verdict::NotEquivalent && opts_.confirmUpToElements > 0 && !cancelled_.load()) {
+        OracleOptions oo;
+        oo.maxElements = opts_.confirmUpToElements;
+        try {
+            auto o = runOracle(plan_, oo);
+            if (o.status == OracleStatus::Differ)
+                rep.confirmation = "confirmed by the concrete oracle: " + o.summary();
+            else if (o.status == OracleStatus::Agree)
+                rep.confirmation = "not confirmed by the concrete oracle: every lineage claim agreed at full shapes on " +
+                                   std::to_string(oo.trials) + " random inputs (a difference that needs special values, or a false alarm)";
+        } catch (const std::exception& e) {
+            rep.confirmation.clear();
+        }
+    }
     rep.timing.total = since(t0);
     return rep;
 }
@@ -361,6 +376,7 @@ VerifyReport invalidReport(std::vector<PlanProblem> problems) {
 nlohmann::json reportToJson(const VerifyReport& r) {
     nlohmann::json j;
     j["verdict"] = toString(r.verdict);
+    if (!r.confirmation.empty()) j["confirmation"] = r.confirmation;
     j["stages"] = {{"total", r.results.size()},
                    {"passed", r.passed},
                    {"failed", r.failed},
@@ -421,6 +437,7 @@ std::string reportToText(const VerifyReport& r, bool withStats) {
     std::snprintf(buf, sizeof buf, " (%.2f s, %u jobs)", r.timing.total, r.jobs);
     os << buf << "\n";
     if (r.failure) os << r.failure->toText();
+    if (!r.confirmation.empty()) os << "  " << r.confirmation << "\n";
     if (r.failures.size() > 1) os << "\n  (" << r.failures.size() - 1 << " more failure(s) in later stages; see --json)\n";
     for (const auto& w : r.warnings) os << "warning: " << w << "\n";
     if (withStats) {

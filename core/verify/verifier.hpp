@@ -49,6 +49,9 @@ struct VerifyReport {
     /// every replica when checked); the others are proven by replica 0's check.
     std::uint32_t writtenOutStages = 0;
     std::uint32_t cachedStages = 0;              ///< proven in an earlier run (VerifyOptions::proofs)
+    /// NOT EQUIVALENT on a plan small enough: what the concrete oracle (oracle.hpp) says, at full
+    /// shapes with the real functions, e.g. "the result loss[] differs at []: expected ..., got ...".
+    std::string confirmation;
 };
 
 /// Stage proofs kept across runs (the Studio re-verifying after a reload). Keyed by proofKey, which
@@ -86,6 +89,10 @@ struct VerifyOptions {
     /// Proofs from earlier runs: stages found here are Equivalent with StageResult::cached and
     /// are not checked; the stages this run proves are added. Not owned; may be null.
     ProofCache* proofs = nullptr;
+    /// On NOT EQUIVALENT, evaluate both plans at full shapes on random inputs (the concrete
+    /// oracle) when they have at most this many elements, and report whether it confirms the
+    /// difference and whether it reaches a result that leaves the step. 0: never.
+    std::uint64_t confirmUpToElements = 1'000'000;
 };
 
 /// One verification run; cancel() may be called from any thread.
