@@ -1022,6 +1022,18 @@ private:
             if (P_.ops[best.op].microbatch >= 0) f.microbatch = P_.ops[best.op].microbatch;
         }
         f.slice = best.slice->box.toString();
+        // The op completing the copy is where the difference shows; an op on the way that is not
+        // the operator its logical namesake is (another constant, another kind) is where the plan
+        // is wrong: a partial sum's terms are completed last by whichever rank comes last.
+        std::string disagreement;
+        if (auto bad = disagreeingAncestor(*best.copy, disagreement); bad != kNone && bad != best.op) {
+            best.op = bad;
+            f.parallelOp = plan_.opName(P_, bad);
+            f.rank = P_.homeRank(bad);
+            f.coordinates = plan_.coordinatesJson(f.rank);
+            f.microbatch = P_.ops[bad].microbatch;
+            if (P_.ops[bad].numOutputs) f.parallelTensor = plan_.tensorName(P_, P_.outputs(bad)[0]);
+        }
         explainLaneMisalignment(best.op, f);
         auto logicalIdx = unravel(best.offs[best.element], ts.shape);
         f.element = indexString(logicalIdx);
@@ -1038,8 +1050,8 @@ private:
             copyText += plan_.tensorName(P_, t.tensor);
         }
         f.message = (f.parallelOp.empty() ? std::string("the parallel plan") : "parallel op \"" + f.parallelOp + "\"") +
-                    (f.rank >= 0 ? " on rank " + std::to_string(f.rank) : std::string()) + " makes " + copyText + " differ from " +
-                    f.tensor + best.slice->box.toString();
+                    (f.rank >= 0 ? " on rank " + std::to_string(f.rank) : std::string()) + (disagreement.empty() ? std::string() : " (" + disagreement + ")") +
+                    " makes " + copyText + " differ from " + f.tensor + best.slice->box.toString();
         if (f.kind == FailureKind::LaneMisalignment)
             f.message = "parallel op \"" + f.parallelOp + "\" of microbatch " + std::to_string(f.microbatch) + " reads " + f.otherEnd +
                         ", so " + copyText + " differs from " + f.tensor + best.slice->box.toString();
@@ -1064,6 +1076,43 @@ private:
         }
         result_.status = StageStatus::Failed;
         result_.failure = f;
+    }
+
+    /// Among the stage's parallel ops that the copy's terms come from: the first (in graph order)
+    /// that computes another operator than the logical op of its name (another kind, or other
+    /// attributes), for the ops whose attributes sharding leaves alone (element-wise, compute,
+    /// reductions, norms, losses, optimizers; not data movement, collectives or vocabulary
+    /// parts). kNone if there is none. Only where the diagnosis points, never the verdict.
+    OpId disagreeingAncestor(const std::vector<LineageTerm>& copy, std::string& why) const {
+        const auto& reg = OpRegistry::instance();
+        std::unordered_set<OpId> inStage(stage_.parallelOps.begin(), stage_.parallelOps.end());
+        std::unordered_set<OpId> seen;
+        std::vector<OpId> work;
+        for (const auto& t : copy)
+            if (auto op = P_.tensors[t.tensor].producer; op != kNone && inStage.count(op) && seen.insert(op).second) work.push_back(op);
+        OpId found = kNone;
+        while (!work.empty()) {
+            auto op = work.back();
+            work.pop_back();
+            for (auto in : P_.inputs(op))
+                if (auto prod = P_.tensors[in].producer; prod != kNone && inStage.count(prod) && seen.insert(prod).second) work.push_back(prod);
+            const auto& spec = reg.spec(P_.ops[op].kind);
+            if (spec.collective || spec.cls == OpClass::Movement || spec.cls == OpClass::Collective) continue;
+            const auto& attrs = plan_.opAttrs(P_, op);
+            if (attrs.contains("parts") || attrs.contains("index")) continue;
+            auto name = plan_.names.find(undecorated(plan_.opName(P_, op)));
+            if (name == kNone) continue;
+            auto lop = L_.findOp(name);
+            if (lop == kNone) continue;
+            const bool sameKind = L_.ops[lop].kind == P_.ops[op].kind;
+            const auto& la = plan_.opAttrs(L_, lop);
+            if (sameKind && la == attrs) continue;
+            if (found != kNone && P_.topoIndex[found] < P_.topoIndex[op]) continue;
+            found = op;
+            why = sameKind ? std::string(spec.name) + " " + attrs.dump() + " where the logical op " + plan_.opName(L_, lop) + " has " + la.dump()
+                           : std::string(spec.name) + " where the logical op " + plan_.opName(L_, lop) + " is " + std::string(reg.spec(L_.ops[lop].kind).name);
+        }
+        return found;
     }
 
     /// "fc2@r0~mb1~dp1", "fc2.mb1@r0" -> "fc2": the name a parallel op shares with its logical op.

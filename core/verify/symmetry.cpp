@@ -51,14 +51,30 @@ bool provenByReplicaZero(const Plan& plan, const Stage& stage, std::string* why)
         if (P.ops[op].acrossMicrobatches) return no("op " + plan.opName(P, op) + " adds up the microbatches");
         if (P.ops[op].indexFromReplica) return no("op " + plan.opName(P, op) + " takes its index from the replica");
     }
-    // Which dim of each logical tensor carries the replica split (-1: the same on every replica).
-    std::unordered_map<TensorId, int> lane;
+    // Which dim of each logical tensor carries the replica split (-1: the same on every replica),
+    // and over how many lanes it is split (a record of per-replica tensors repeats `degree` times,
+    // one of per-microbatch tensors `degree * microbatches` times): lane k of a stage reads lane k
+    // of its inputs only if they are split alike.
+    struct Lane {
+        int dim = -1;
+        std::int32_t count = 1;
+        bool operator==(const Lane&) const = default;
+    };
+    auto laneOf = [&](const LineageRecord& rec) {
+        if (rec.replicas != ReplicaMode::Split) return Lane{};
+        std::int32_t mb = -1;
+        for (const auto& s : rec.slices)
+            for (const auto& c : s.copies)
+                for (const auto& t : c) mb = std::max(mb, P.tensors[t.tensor].microbatch);
+        return Lane{rec.splitDim, plan.replication.instances(mb)};
+    };
+    std::unordered_map<TensorId, Lane> lane;
     for (auto r : stage.inputs) {
         const auto& rec = plan.lineage[r];
         if (rec.replicas == ReplicaMode::Sum) return no("it reads lineage record " + std::to_string(r) + ", whose replicas add up");
-        const int d = rec.replicas == ReplicaMode::Split ? rec.splitDim : -1;
+        const Lane d = laneOf(rec);
         auto [it, fresh] = lane.emplace(rec.logical, d);
-        if (!fresh && it->second != d) return no("records of " + plan.tensorName(L, rec.logical) + " disagree on its split");
+        if (!fresh && !(it->second == d)) return no("records of " + plan.tensorName(L, rec.logical) + " disagree on its split");
     }
     const auto& reg = OpRegistry::instance();
     for (auto op : stage.logicalOps) {
@@ -66,13 +82,17 @@ bool provenByReplicaZero(const Plan& plan, const Stage& stage, std::string* why)
         const auto outs = L.outputs(op);
         std::vector<int> inLane(ins.size(), -1);
         bool any = false;
+        std::int32_t count = 0;
         for (std::size_t i = 0; i < ins.size(); ++i) {
             auto it = lane.find(ins[i]);
-            inLane[i] = it == lane.end() ? -1 : it->second;
-            any = any || inLane[i] >= 0;
+            inLane[i] = it == lane.end() ? -1 : it->second.dim;
+            if (inLane[i] < 0) continue;
+            if (count && count != it->second.count) return no("logical op " + plan.opName(L, op) + " reads inputs split over different numbers of lanes");
+            count = it->second.count;
+            any = true;
         }
         if (!any) {
-            for (auto t : outs) lane[t] = -1;
+            for (auto t : outs) lane[t] = Lane{};
             continue;
         }
         std::vector<Shape> inShapes, outShapes;
@@ -103,15 +123,15 @@ bool provenByReplicaZero(const Plan& plan, const Stage& stage, std::string* why)
             if (j >= dims.out.size()) return no(where + " has no dims for an output");
             auto at = std::find(dims.out[j].begin(), dims.out[j].end(), label);
             if (at == dims.out[j].end()) return no(where + " drops the split dim");
-            lane[outs[j]] = static_cast<int>(at - dims.out[j].begin());
+            lane[outs[j]] = Lane{static_cast<int>(at - dims.out[j].begin()), count};
         }
     }
     const auto& out = plan.lineage[stage.output];
     if (out.replicas == ReplicaMode::Sum) return no("its replicas' terms add up");
     auto it = lane.find(out.logical);
-    const int have = it == lane.end() ? -1 : it->second;
-    const int want = out.replicas == ReplicaMode::Split ? out.splitDim : -1;
-    if (have != want) return no("the split of " + plan.tensorName(L, out.logical) + " does not follow from its inputs'");
+    const Lane have = it == lane.end() ? Lane{} : it->second;
+    const Lane want = laneOf(out);
+    if (!(have == want)) return no("the split of " + plan.tensorName(L, out.logical) + " does not follow from its inputs'");
     return true;
 }
 
