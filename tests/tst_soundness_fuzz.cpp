@@ -175,9 +175,8 @@ Case mutate(const json& base, std::mt19937_64& rng) {
         }
         default: {  // a copy of a replicated result dropped from the lineage
             // Only of results that leave the step (nothing reads their logical tensor): a copy of
-            // an intermediate dropped is a known completeness limit of the stage cut (the stage
-            // then assumes the tensor's other copies and recomputes this one from earlier records,
-            // unrelated in the stage: a false NOT EQUIVALENT; docs/soundness.md, open items).
+            // an intermediate dropped can still be refused where a glue stage then reads the
+            // unclaimed copy (a completeness limit of the stage cut; docs/soundness.md, open).
             std::set<std::string> read;
             for (const auto& op : m.doc["logical"]["ops"])
                 for (const auto& t : op["inputs"]) read.insert(t.get<std::string>());

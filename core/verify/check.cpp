@@ -347,11 +347,18 @@ private:
     bool evaluate() {
         // Inputs: logical tensors of the assumed records are free; parallel tensors are defined
         // from them through the lineage, so every assumption holds by construction.
+        // An input record's logical tensor that a logical op of the stage computes (from the other
+        // inputs) is computed first; the others are free.
+        std::unordered_set<TensorId> computedHere;
+        for (auto op : stage_.logicalOps)
+            for (auto t : L_.outputs(op)) computedHere.insert(t);
         for (auto r : stage_.inputs) {
             auto lt = plan_.lineage[r].logical;
-            if (!lVal_.count(lt)) lVal_.emplace(lt, freshTensor(plan_.tensorName(L_, lt), lShape_[lt], L_.tensors[lt].dtype));
+            if (!lVal_.count(lt) && !computedHere.count(lt))
+                lVal_.emplace(lt, freshTensor(plan_.tensorName(L_, lt), lShape_[lt], L_.tensors[lt].dtype));
         }
         assignIndexDomains();
+        if (!runOps(L_, stage_.logicalOps, lShape_, lVal_)) return false;
         for (auto r : stage_.inputs) {
             const auto& rec = plan_.lineage[r];
             const auto& ts = lVal_.at(rec.logical);
@@ -381,7 +388,7 @@ private:
                 }
             }
         }
-        return runOps(L_, stage_.logicalOps, lShape_, lVal_) && runOps(P_, stage_.parallelOps, pShape_, pVal_);
+        return runOps(P_, stage_.parallelOps, pShape_, pVal_);
     }
 
     bool runOps(const Graph& g, const std::vector<OpId>& ops, std::unordered_map<TensorId, Shape>& shapes,

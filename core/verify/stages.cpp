@@ -140,6 +140,8 @@ StagePlan cutStages(const Plan& plan, const std::vector<bool>* assumed) {
         // Logical side: walk back from the record's tensor to the inputs' logical tensors.
         std::unordered_set<TensorId> provided;
         for (auto i : inputs) provided.insert(plan.lineage[i].logical);
+        std::vector<TensorId> usedProvided;
+        if (provided.count(rec.logical)) usedProvided.push_back(rec.logical);  // a glue stage's own tensor
         if (!provided.count(rec.logical)) {
             std::vector<TensorId> lw{rec.logical};
             std::unordered_set<TensorId> seenL{rec.logical};
@@ -171,9 +173,44 @@ StagePlan cutStages(const Plan& plan, const std::vector<bool>* assumed) {
                 if (visitedL[op] == r) continue;
                 visitedL[op] = r;
                 d.stage.logicalOps.push_back(op);
-                for (auto in : L.inputs(op))
-                    if (!provided.count(in) && seenL.insert(in).second) lw.push_back(in);
+                for (auto in : L.inputs(op)) {
+                    if (!provided.count(in)) {
+                        if (seenL.insert(in).second) lw.push_back(in);
+                    } else if (seenL.insert(in).second) {
+                        usedProvided.push_back(in);
+                    }
+                }
             }
+        }
+        // A provided tensor that the stage's other inputs compute is computed, not taken as a
+        // free unknown: the parallel side may compute its copy on one rank from those inputs
+        // (a copy its record leaves out), and an unknown unrelated to them would refuse the
+        // stage. Exact: the logical ops are the specification. Bounded search.
+        for (auto t : usedProvided) {
+            std::vector<OpId> ops;
+            std::vector<TensorId> work{t};
+            std::unordered_set<TensorId> seen{t};
+            bool computable = L.tensors[t].producer != kNone;
+            while (computable && !work.empty()) {
+                auto x = work.back();
+                work.pop_back();
+                auto op = L.tensors[x].producer;
+                if (op == kNone) {
+                    computable = false;
+                    break;
+                }
+                if (std::find(ops.begin(), ops.end(), op) != ops.end()) continue;
+                ops.push_back(op);
+                if (ops.size() > 32) computable = false;
+                for (auto in : L.inputs(op))
+                    if (!(provided.count(in) && in != t) && seen.insert(in).second) work.push_back(in);
+            }
+            if (!computable) continue;
+            for (auto op : ops)
+                if (visitedL[op] != r) {
+                    visitedL[op] = r;
+                    d.stage.logicalOps.push_back(op);
+                }
         }
         std::sort(d.stage.logicalOps.begin(), d.stage.logicalOps.end(),
                   [&](OpId a, OpId b) { return L.topoIndex[a] < L.topoIndex[b]; });
