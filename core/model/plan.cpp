@@ -107,6 +107,26 @@ Shape Box::extent() const {
     return e;
 }
 
+std::vector<std::int64_t> Box::offsetsIn(const Shape& shape) const {
+    std::vector<std::int64_t> stride(shape.size(), 1);
+    for (std::size_t i = shape.size(); i-- > 1;) stride[i - 1] = stride[i] * shape[i];
+    const Shape ext = extent();
+    const std::int64_t n = numel(ext);
+    std::vector<std::int64_t> out;
+    out.reserve(static_cast<std::size_t>(n));
+    std::vector<std::int64_t> idx(ext.size(), 0);
+    for (std::int64_t k = 0; k < n; ++k) {
+        std::int64_t off = 0;
+        for (std::size_t d = 0; d < idx.size(); ++d) off += (idx[d] + lo[d]) * stride[d];
+        out.push_back(off);
+        for (std::size_t d = ext.size(); d-- > 0;) {
+            if (++idx[d] < ext[d]) break;
+            idx[d] = 0;
+        }
+    }
+    return out;
+}
+
 std::string Box::toString() const {
     std::string out = "[";
     for (std::size_t i = 0; i < lo.size(); ++i) {

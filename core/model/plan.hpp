@@ -164,6 +164,8 @@ struct Box {
     friend bool operator==(const Box&, const Box&) = default;
     Shape extent() const;
     std::string toString() const;
+    /// Row-major flat offsets of the box's elements inside a tensor of `shape`.
+    std::vector<std::int64_t> offsetsIn(const Shape& shape) const;
 };
 
 struct LineageSlice {

@@ -54,24 +54,7 @@ std::vector<std::int64_t> unravel(std::int64_t flat, const Shape& shape) {
 }
 
 /// Flat offsets of the elements of `box` (reduced coordinates) inside a tensor of `shape`.
-std::vector<std::int64_t> boxOffsets(const Shape& shape, const Box& box) {
-    auto st = stridesOf(shape);
-    Shape ext = box.extent();
-    std::vector<std::int64_t> out;
-    out.reserve(static_cast<std::size_t>(numel(ext)));
-    std::int64_t n = numel(ext);
-    std::vector<std::int64_t> idx(ext.size(), 0);
-    for (std::int64_t k = 0; k < n; ++k) {
-        std::int64_t off = 0;
-        for (std::size_t d = 0; d < idx.size(); ++d) off += (idx[d] + box.lo[d]) * st[d];
-        out.push_back(off);
-        for (std::size_t d = ext.size(); d-- > 0;) {
-            if (++idx[d] < ext[d]) break;
-            idx[d] = 0;
-        }
-    }
-    return out;
-}
+std::vector<std::int64_t> boxOffsets(const Shape& shape, const Box& box) { return box.offsetsIn(shape); }
 
 class StageChecker {
 public:

@@ -52,25 +52,6 @@ namespace {
 
 using Num = Value<double>;
 
-std::vector<std::int64_t> boxOffsetsFull(const Shape& shape, const Box& box) {
-    auto st = stridesOf(shape);
-    Shape ext = box.extent();
-    std::vector<std::int64_t> out;
-    const std::int64_t n = numel(ext);
-    out.reserve(static_cast<std::size_t>(n));
-    std::vector<std::int64_t> idx(ext.size(), 0);
-    for (std::int64_t k = 0; k < n; ++k) {
-        std::int64_t off = 0;
-        for (std::size_t d = 0; d < idx.size(); ++d) off += (idx[d] + box.lo[d]) * st[d];
-        out.push_back(off);
-        for (std::size_t d = ext.size(); d-- > 0;) {
-            if (++idx[d] < ext[d]) break;
-            idx[d] = 0;
-        }
-    }
-    return out;
-}
-
 std::string coordinates(std::int64_t flat, const Shape& shape) {
     std::vector<std::int64_t> idx(shape.size());
     for (std::size_t d = shape.size(); d-- > 0;) {
@@ -194,7 +175,7 @@ private:
             const auto& rec = plan_.lineage[r];
             const auto& ts = lv_[rec.logical];
             for (const auto& s : rec.slices) {
-                auto offs = boxOffsetsFull(ts.shape, s.box);
+                auto offs = s.box.offsetsIn(ts.shape);
                 for (const auto& c : s.copies) {
                     for (std::size_t k = 0; k < c.size(); ++k) {
                         const auto pt = c[k].tensor;
@@ -258,7 +239,7 @@ private:
             const auto& ts = lv_[rec.logical];
             for (const auto& s : rec.slices) {
                 if (reported[r]) break;
-                auto offs = boxOffsetsFull(ts.shape, s.box);
+                auto offs = s.box.offsetsIn(ts.shape);
                 for (const auto& c : s.copies) {
                     if (reported[r]) break;
                     for (std::size_t e = 0; e < offs.size(); ++e) {
