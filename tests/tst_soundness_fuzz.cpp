@@ -12,7 +12,8 @@
 //
 // TV_FUZZ_CASES sets how many base plans are drawn (default 40, each with up to six mutants);
 // TV_FUZZ_SECONDS, when set, keeps drawing until that much time has passed (the long run:
-// docs/soundness.md). TV_FUZZ_SEED moves the whole sequence.
+// docs/soundness.md; set QTEST_FUNCTION_TIMEOUT above it, Qt Test stops a test function after five
+// minutes). TV_FUZZ_SEED moves the whole sequence.
 #include <QtTest>
 
 #include <chrono>
