@@ -680,10 +680,19 @@ private:
             // Still not confirmed: the model's inputs may simply not witness a real difference (a
             // routing that happens to choose alike). Random inputs, evaluated with the real
             // functions, are tried; a witness found is given to the solver as the inputs.
+            // The witness only fixes the inputs: the query under it being unsat proves nothing,
+            // so it never counts as a proof (the stage stays unconfirmed: inconclusive below).
             if (res == z3::sat && !confirmed(solver.get_model()))
                 if (auto witness = findWitness(open)) {
+                    solver.push();
                     solver.add(*witness);
-                    res = solver.check();
+                    if (solver.check() != z3::sat) {
+                        solver.pop();
+                        fail(FailureKind::Inconclusive, "the solver's counterexample for slice " + s.box.toString() +
+                                                            " is not confirmed by the real functions, and inputs that are could not be given to it");
+                        result_.failure->slice = s.box.toString();
+                        return;
+                    }
                 }
             if (res == z3::unsat) {
                 ++result_.tiers.solver;
