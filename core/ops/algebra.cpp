@@ -165,13 +165,17 @@ std::vector<z3::expr> SymAlgebra::route(const std::vector<S>& scores, const Rout
     return out;
 }
 
-double evaluateTerm(const z3::expr& root, const std::function<double(const std::string&)>& vars) {
-    std::unordered_map<unsigned, double> memo;
-    std::function<double(const z3::expr&)> ev = [&](const z3::expr& e) -> double {
+long double evaluateTermPrecise(const z3::expr& root, const std::function<long double(const std::string&)>& vars) {
+    std::unordered_map<unsigned, long double> memo;
+    std::function<long double(const z3::expr&)> ev = [&](const z3::expr& e) -> long double {
         if (auto it = memo.find(e.id()); it != memo.end()) return it->second;
-        double r = 0;
+        long double r = 0;
         if (e.is_numeral()) {
-            r = std::stod(e.get_decimal_string(17));
+            {
+                auto text = e.get_decimal_string(24);
+                if (!text.empty() && text.back() == '?') text.pop_back();
+                r = std::stold(text);
+            }
         } else if (e.is_bool() && e.is_true()) {
             r = 1;
         } else if (e.is_bool() && e.is_false()) {
@@ -200,19 +204,19 @@ double evaluateTerm(const z3::expr& root, const std::function<double(const std::
                 case Z3_OP_UNINTERPRETED: {
                     auto name = d.name().str();
                     if (e.num_args() == 0) {
-                        r = name == "%pi" ? M_PI : vars(name);
+                        r = name == "%pi" ? 3.141592653589793238462643383279502884L : vars(name);
                     } else if (name == "exp") r = std::exp(arg(0));
                     else if (name == "log") r = std::log(arg(0));
                     else if (name == "sqrt") r = std::sqrt(arg(0));
-                    else if (name == "rsqrt") r = 1.0 / std::sqrt(arg(0));
-                    else if (name == "sigmoid") r = 1.0 / (1.0 + std::exp(-arg(0)));
+                    else if (name == "rsqrt") r = 1.0L / std::sqrt(arg(0));
+                    else if (name == "sigmoid") r = 1.0L / (1.0L + std::exp(-arg(0)));
                     else if (name == "tanh") r = std::tanh(arg(0));
                     else if (name == "erf") r = std::erf(arg(0));
                     else if (name == "pow") r = std::pow(arg(0), arg(1));
-                    else if (name == "inv") r = 1.0 / arg(0);
+                    else if (name == "inv") r = 1.0L / arg(0);
                     else if (RouteSpec spec; RouteSpec::parse(name, spec)) {
-                        std::vector<double> row;
-                        for (unsigned i = 0; i + 1 < e.num_args(); ++i) row.push_back(arg(i));
+                        std::vector<double> row;  // the routing compares scores: double is enough
+                        for (unsigned i = 0; i + 1 < e.num_args(); ++i) row.push_back(static_cast<double>(arg(i)));
                         const auto which = static_cast<std::size_t>(arg(e.num_args() - 1));
                         r = routeExact(row, spec).at(which);
                     }
@@ -229,6 +233,10 @@ double evaluateTerm(const z3::expr& root, const std::function<double(const std::
         return r;
     };
     return ev(root);
+}
+
+double evaluateTerm(const z3::expr& root, const std::function<double(const std::string&)>& vars) {
+    return static_cast<double>(evaluateTermPrecise(root, [&](const std::string& name) { return static_cast<long double>(vars(name)); }));
 }
 
 }  // namespace tv

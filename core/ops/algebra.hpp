@@ -142,5 +142,9 @@ typename A::S power(const A& alg, const typename A::S& x, const Rational& e) {
 /// uninterpreted functions by their real meaning. Used to test that the symbolic and the
 /// concrete semantics of every operator agree.
 double evaluateTerm(const z3::expr& e, const std::function<double(const std::string&)>& vars);
+/// The same in extended precision (long double, 64-bit mantissa): what the checker uses to tell
+/// whether a counterexample really differs, so that a difference far below float32 rounding (an
+/// epsilon changed from 1e-8 to 2e-8) still shows above the evaluation's own rounding.
+long double evaluateTermPrecise(const z3::expr& e, const std::function<long double(const std::string&)>& vars);
 
 }  // namespace tv

@@ -735,17 +735,24 @@ private:
     }
 
     /// A term's value with the model's inputs and the real functions (NaN where undefined).
-    double realValue(const z3::model& m, const z3::expr& e) const {
+    long double realValue(const z3::model& m, const z3::expr& e) const {
         try {
-            return evaluateTerm(e, [&](const std::string& name) {
+            return evaluateTermPrecise(e, [&](const std::string& name) {
                 auto v = m.eval(ctx_.real_const(name.c_str()), true);
-                std::string text = v.is_numeral() ? v.get_decimal_string(17) : "0";
+                std::string text = v.is_numeral() ? v.get_decimal_string(24) : "0";
                 if (!text.empty() && text.back() == '?') text.pop_back();
-                return std::stod(text);
+                return std::stold(text);
             });
         } catch (const std::exception&) {
-            return std::nan("");
+            return std::nanl("");
         }
+    }
+
+    /// Whether two values of the real functions differ beyond the rounding of the evaluation
+    /// (long double: relative 1e-19 per operation; 1e-12 leaves seven orders for the error to
+    /// accumulate over a stage's terms, and still sees a float32-scale constant changed).
+    static bool beyondRounding(long double a, long double b) {
+        return std::abs(a - b) > 1e-12L * (1 + std::abs(a) + std::abs(b));
     }
 
     /// Random inputs (multiples of 1/64 in [-2, 2]; ids a class of their domain) under which some
@@ -794,18 +801,18 @@ private:
             }
             auto at = [&](const std::string& name) {
                 auto it = num.find(name);
-                return it == num.end() ? 0.0 : static_cast<double>(it->second) / 64.0;
+                return it == num.end() ? 0.0L : static_cast<long double>(it->second) / 64.0L;
             };
             bool differs = false;
             for (const auto& q : eqs) {
-                double a = 0, b = 0;
+                long double a = 0, b = 0;
                 try {
-                    a = evaluateTerm(q.lhs, at);
-                    b = evaluateTerm(q.rhs, at);
+                    a = evaluateTermPrecise(q.lhs, at);
+                    b = evaluateTermPrecise(q.rhs, at);
                 } catch (const std::exception&) {
                     continue;
                 }
-                if (std::isfinite(a) && (!std::isfinite(b) || std::abs(a - b) > 1e-7 * (1 + std::abs(a) + std::abs(b)))) {
+                if (std::isfinite(a) && (!std::isfinite(b) || beyondRounding(a, b))) {
                     differs = true;
                     break;
                 }
@@ -823,12 +830,12 @@ private:
     /// neither side applies an uninterpreted function, else as numbers, beyond rounding.
     bool reallyDiffers(const z3::model& m, const z3::expr& lhs, const z3::expr& rhs) const {
         if (!mentionsFunction(lhs) && !mentionsFunction(rhs)) return m.eval(lhs == rhs, true).is_false();
-        const double a = realValue(m, lhs), b = realValue(m, rhs);
+        const long double a = realValue(m, lhs), b = realValue(m, rhs);
         // Where the logical step has no value (sqrt of a negative, a division by zero) there is
         // nothing to disagree with; where it has one and the parallel plan does not, they differ.
         if (!std::isfinite(a)) return false;
         if (!std::isfinite(b)) return true;
-        return std::abs(a - b) > 1e-7 * (1 + std::abs(a) + std::abs(b));
+        return beyondRounding(a, b);
     }
 
     /// Whether some copy of the stage's output really differs from its logical slice under the
@@ -897,7 +904,7 @@ private:
     std::string value(const z3::model& m, const z3::expr& e) const {
         if (mentionsFunction(e)) {
             char buf[64];
-            std::snprintf(buf, sizeof buf, "%.9g", realValue(m, e));
+            std::snprintf(buf, sizeof buf, "%.9Lg", realValue(m, e));
             return buf;
         }
         auto v = m.eval(e, true);
