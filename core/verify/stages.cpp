@@ -4,6 +4,8 @@
 #include <queue>
 #include <unordered_set>
 
+#include "ops/registry.hpp"
+
 namespace tv {
 
 namespace {
@@ -281,19 +283,61 @@ StagePlan cutStages(const Plan& plan, const std::vector<bool>* assumed) {
                 f.message = "logical output \"" + f.tensor + "\" has no lineage, so the parallel plan's value for it is not checked";
                 sp.structural.push_back(std::move(f));
             }
-        for (TensorId t = 0; t < P.tensors.size(); ++t)
-            if (P.tensors[t].producer != kNone && P.consumers(t).empty() && recordOf[t] == kNone &&
-                P.tensors[t].role != Role::Activation && P.tensors[t].role != Role::Input) {
-                Failure f;
-                f.kind = FailureKind::UnclaimedOutput;
-                locateParallelOp(plan, P.tensors[t].producer, f);
-                f.parallelTensor = plan.tensorName(P, t);
-                f.rank = P.tensors[t].rank;
-                f.coordinates = plan.coordinatesJson(f.rank);
-                f.message = "parallel tensor \"" + f.parallelTensor + "\" (" + std::string(toString(P.tensors[t].role)) +
-                            ") is computed and leaves the step, but no lineage claims it, so its value is not checked";
-                sp.structural.push_back(std::move(f));
+        // By dataflow, whatever the roles say: a tensor that no claimed tensor depends on is
+        // checked by nothing. Computed by arithmetic (not data movement or a collective, whose
+        // output is a view or a copy of tensors checked elsewhere, or is itself the unchecked
+        // tensor's producer's concern), it is a result nobody claims: an updated weight replica
+        // left out of every record, role or no role. Dead data movement alone (the unused half
+        // of a split, an all-reduce member nobody reads) is waste, not an unchecked result.
+        std::vector<bool> live(P.tensors.size(), false);
+        {
+            std::vector<TensorId> work;
+            for (TensorId t = 0; t < P.tensors.size(); ++t)
+                if (recordOf[t] != kNone) live[t] = true, work.push_back(t);
+            std::vector<bool> opSeen(P.ops.size(), false);
+            while (!work.empty()) {
+                auto t = work.back();
+                work.pop_back();
+                auto op = P.tensors[t].producer;
+                if (op == kNone || opSeen[op]) continue;
+                opSeen[op] = true;
+                for (auto in : P.inputs(op))
+                    if (!live[in]) live[in] = true, work.push_back(in);
             }
+        }
+        const auto& reg = OpRegistry::instance();
+        std::size_t reported = 0, more = 0;
+        for (TensorId t = 0; t < P.tensors.size(); ++t) {
+            if (P.tensors[t].producer == kNone || recordOf[t] != kNone) continue;
+            const auto& spec = reg.spec(P.ops[P.tensors[t].producer].kind);
+            const bool arithmetic = !spec.collective && spec.cls != OpClass::Movement;
+            const bool stateByRole = P.consumers(t).empty() && P.tensors[t].role != Role::Activation && P.tensors[t].role != Role::Input;
+            if (!stateByRole && (live[t] || !arithmetic)) continue;
+            if (reported == 20) {
+                ++more;
+                continue;
+            }
+            ++reported;
+            Failure f;
+            f.kind = FailureKind::UnclaimedOutput;
+            locateParallelOp(plan, P.tensors[t].producer, f);
+            f.parallelTensor = plan.tensorName(P, t);
+            f.rank = P.tensors[t].rank;
+            f.coordinates = plan.coordinatesJson(f.rank);
+            f.message = stateByRole
+                            ? "parallel tensor \"" + f.parallelTensor + "\" (" + std::string(toString(P.tensors[t].role)) +
+                                  ") is computed and leaves the step, but no lineage claims it, so its value is not checked"
+                            : "parallel tensor \"" + f.parallelTensor + "\" is computed (by " + std::string(spec.name) +
+                                  "), but no lineage claims it or anything computed from it, so its value is not checked "
+                                  "(a result that leaves the step without a lineage record, or dead code)";
+            sp.structural.push_back(std::move(f));
+        }
+        if (more) {
+            Failure f;
+            f.kind = FailureKind::UnclaimedOutput;
+            f.message = std::to_string(more) + " more parallel tensors are computed and checked by no lineage claim";
+            sp.structural.push_back(std::move(f));
+        }
     }
     return sp;
 }
