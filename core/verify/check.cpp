@@ -551,6 +551,153 @@ private:
         return how;
     }
 
+    /// Tier 1d: an equation that is a sum of independent parts (the loss: a sum over tokens, each
+    /// term reading that token's logits and label only) is too big for the exp/log normal form
+    /// and has too many index cases for tier 1c taken whole. Both sides are written as sums of
+    /// summands (taken apart structurally: sums, differences, constant factors) and the summands
+    /// are grouped by the unknowns they read: two that read a common unknown (an input element,
+    /// an index indicator) are in one group; summands reading none (constants) form one more. The
+    /// difference of the sides is the sum over groups of (lhs part - rhs part), so if every
+    /// group's parts are equal for every value of their unknowns (every valid value of the index
+    /// data: tiers 1, 1b and 1c) the sides are equal for every value. Sufficient, not necessary:
+    /// a group that does not close proves nothing and leaves the equation to the solver.
+    /// True if the two terms together have at least `limit` distinct subterms.
+    static bool termSizeAtLeast(const z3::expr& a, const z3::expr& b, std::size_t limit) {
+        std::unordered_set<unsigned> seen;
+        std::vector<z3::expr> work{a, b};
+        while (!work.empty()) {
+            auto e = work.back();
+            work.pop_back();
+            if (!seen.insert(e.id()).second) continue;
+            if (seen.size() >= limit) return true;
+            if (e.is_app())
+                for (unsigned k = 0; k < e.num_args(); ++k) work.push_back(e.arg(k));
+        }
+        return false;
+    }
+
+    /// A term built of numerals only (a coefficient such as 1/N, written as a division).
+    static bool isConstantTerm(const z3::expr& e, int depth = 0) {
+        if (e.is_numeral()) return true;
+        if (depth > 4 || !e.is_app()) return false;
+        switch (e.decl().decl_kind()) {
+            case Z3_OP_ADD: case Z3_OP_SUB: case Z3_OP_MUL: case Z3_OP_DIV: case Z3_OP_UMINUS:
+                for (unsigned k = 0; k < e.num_args(); ++k)
+                    if (!isConstantTerm(e.arg(k), depth + 1)) return false;
+                return true;
+            default:
+                return false;
+        }
+    }
+
+    /// The summands of a term, taken apart structurally (sums, differences, negations, constant
+    /// factors; nothing is expanded or simplified), each with its coefficient multiplied in:
+    /// their sum is the term.
+    std::vector<z3::expr> summands(const z3::expr& root) const {
+        std::vector<z3::expr> out;
+        std::vector<std::pair<z3::expr, z3::expr>> work{{root, ctx_.real_val(1)}};
+        while (!work.empty()) {
+            auto [e, k] = work.back();
+            work.pop_back();
+            if (e.is_app()) {
+                auto kind = e.decl().decl_kind();
+                if (kind == Z3_OP_ADD) {
+                    for (unsigned a = 0; a < e.num_args(); ++a) work.emplace_back(e.arg(a), k);
+                    continue;
+                }
+                if (kind == Z3_OP_SUB && e.num_args() >= 1) {
+                    work.emplace_back(e.arg(0), k);
+                    for (unsigned a = 1; a < e.num_args(); ++a) work.emplace_back(e.arg(a), -k);
+                    continue;
+                }
+                if (kind == Z3_OP_UMINUS && e.num_args() == 1) {
+                    work.emplace_back(e.arg(0), -k);
+                    continue;
+                }
+                if (kind == Z3_OP_MUL) {
+                    std::optional<z3::expr> var;
+                    z3::expr factor = k;
+                    bool single = true;
+                    for (unsigned a = 0; a < e.num_args() && single; ++a) {
+                        if (isConstantTerm(e.arg(a))) factor = factor * e.arg(a);
+                        else if (var) single = false;
+                        else var = e.arg(a);
+                    }
+                    if (single && var) {
+                        work.emplace_back(*var, factor);
+                        continue;
+                    }
+                }
+            }
+            std::int64_t one = 0;
+            out.push_back(k.is_numeral_i64(one) && one == 1 ? e : k * e);
+        }
+        return out;
+    }
+
+    template <class Closes>
+    int closesBySeparateParts(const z3::expr& lhs, const z3::expr& rhs, Closes&& closes) const {
+        auto l = summands(lhs), r = summands(rhs);
+        if (l.size() + r.size() < 3) return 0;
+        // Union-find over the unknowns (uninterpreted constants, by AST id); each monomial joins
+        // the unknowns it reads. Subterms shared between monomials are walked once per monomial
+        // but their unknowns once per walk.
+        std::unordered_map<unsigned, unsigned> parent;
+        auto find = [&](unsigned v) {
+            while (parent.at(v) != v) v = parent[v] = parent.at(parent.at(v));
+            return v;
+        };
+        auto unknownOf = [&](const z3::expr& m) -> std::optional<unsigned> {
+            std::optional<unsigned> first;
+            std::unordered_set<unsigned> seen;
+            std::vector<z3::expr> work{m};
+            while (!work.empty()) {
+                auto e = work.back();
+                work.pop_back();
+                if (!seen.insert(e.id()).second || !e.is_app()) continue;
+                if (e.is_const()) {
+                    if (e.decl().decl_kind() != Z3_OP_UNINTERPRETED) continue;
+                    unsigned v = e.id();
+                    parent.emplace(v, v);
+                    if (!first) first = v;
+                    else if (auto a = find(*first), b = find(v); a != b) parent[a] = b;
+                    continue;
+                }
+                for (unsigned k = 0; k < e.num_args(); ++k) work.push_back(e.arg(k));
+            }
+            return first;
+        };
+        std::vector<std::optional<unsigned>> readsL, readsR;
+        for (const auto& m : l) readsL.push_back(unknownOf(m));
+        for (const auto& m : r) readsR.push_back(unknownOf(m));
+        // Group 0: monomials reading no unknown; the others by their unknowns' root.
+        std::unordered_map<unsigned, std::size_t> groupOf;
+        std::vector<std::pair<std::vector<z3::expr>, std::vector<z3::expr>>> groups(1);
+        auto place = [&](const std::vector<z3::expr>& ms, const std::vector<std::optional<unsigned>>& rd, bool left) {
+            for (std::size_t k = 0; k < ms.size(); ++k) {
+                std::size_t g = 0;
+                if (rd[k]) {
+                    auto [it, fresh] = groupOf.emplace(find(*rd[k]), groups.size());
+                    if (fresh) groups.emplace_back();
+                    g = it->second;
+                }
+                (left ? groups[g].first : groups[g].second).push_back(ms[k]);
+            }
+        };
+        place(l, readsL, true);
+        place(r, readsR, false);
+        if (groups.size() <= 2) return 0;  // one part: the tiers before saw it whole
+        int how = 1;
+        for (const auto& [gl, gr] : groups) {
+            auto a = alg_.sum(gl), b = alg_.sum(gr);
+            int h = closes(a, b);
+            if (!h) h = closesForEveryId(a, b, closes);
+            if (!h) return 0;
+            how = std::max(how, h);
+        }
+        return how;
+    }
+
     /// Each index unknown the equations read names exactly one of its classes, and the id's own
     /// unknown is that class's number (so a counterexample shows the ids).
     z3::expr idPremises(const std::vector<Eq>& eqs) const {
@@ -586,8 +733,7 @@ private:
             auto offs = boxOffsets(ts.shape, reducedBox(s.box, rec.logical));
             std::vector<Eq> open;
             bool usedNormalForm = false;
-            // Tiers 1 and 1b on one equation: 0 open, 1 closed by simplification, 2 by the normal form.
-            auto closes = [&](const z3::expr& lhs, const z3::expr& rhs) -> int {
+            auto simplifies = [&](const z3::expr& lhs, const z3::expr& rhs) -> int {
                 // Terms are hash-consed: the same term on both sides is the same AST, proven
                 // without walking it (a routing mask's term has tens of thousands of nodes).
                 if (z3::eq(lhs, rhs)) return 1;
@@ -597,6 +743,9 @@ private:
                     std::int64_t z = 1;
                     if (diff.is_numeral_i64(z) && z == 0) return 1;
                 }
+                return 0;
+            };
+            auto normalForm = [&](const z3::expr& lhs, const z3::expr& rhs) -> int {
                 // Tier 1b: the exp/log identities (a parallel softmax that takes the maximum out
                 // and puts it back): both sides in the exp/log normal form.
                 if (!normal) normal.emplace(alg_);
@@ -604,13 +753,32 @@ private:
                     if (auto same = normal->provesEqual(lhs, rhs); same && *same) return 2;
                 return 0;
             };
+            // Tiers 1 and 1b on one equation: 0 open, 1 closed by simplification, 2 by the normal form.
+            auto closes = [&](const z3::expr& lhs, const z3::expr& rhs) -> int {
+                if (int how = simplifies(lhs, rhs)) return how;
+                return normalForm(lhs, rhs);
+            };
             for (const auto& c : s.copies) {
                 for (std::size_t e = 0; e < offs.size(); ++e) {
                     std::vector<z3::expr> terms;
                     for (const auto& t : c) terms.push_back(alg_.mul(alg_.num(t.coeff), pVal_.at(t.tensor).v[e]));
                     auto rhs = alg_.sum(terms);
                     const auto& lhs = ts.v[offs[e]];
-                    if (int how = closes(lhs, rhs)) {
+                    // Tier 1d before the normal form of the whole, and for a large term before
+                    // simplifying the whole: a sum of independent parts (the loss over every token
+                    // of every replica and microbatch) is proven part by part, each small, where
+                    // the whole would exceed the normal form's bound (and take seconds to simplify).
+                    // (A large linear equation, a gradient summed over a thousand replicas and
+                    // microbatches, simplifies whole in one pass: it goes first.)
+                    if (!normal) normal.emplace(alg_);
+                    bool large = termSizeAtLeast(lhs, rhs, 2000) && (normal->mentionsExpLog(lhs) || normal->mentionsExpLog(rhs));
+                    if (!large && simplifies(lhs, rhs)) continue;
+                    if (int how = closesBySeparateParts(lhs, rhs, closes)) {
+                        usedNormalForm = usedNormalForm || how == 2;
+                        continue;
+                    }
+                    if (large && simplifies(lhs, rhs)) continue;
+                    if (int how = normalForm(lhs, rhs)) {
                         usedNormalForm = usedNormalForm || how == 2;
                         continue;
                     }
