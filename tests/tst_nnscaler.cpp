@@ -339,6 +339,29 @@ private slots:
         }
     }
 
+    // An operator run in place overwrites its input for every later reader, which the mapping
+    // does not model: refused with the operator and its place (soundness.md H6), never accepted.
+    void inplaceOperatorIsRefused() {
+        auto logical = load("gpt_mgener_dp1_pp1_tp1_nm1_gbs16_dim1024_ly1_h2_hi1024_sq2048");
+        auto parallel = load("gpt_mgener_dp1_pp1_tp2_nm1_gbs16_dim1024_ly1_h2_hi1024_sq2048");
+        importPair(logical, parallel);  // as shipped (inplace=False): accepted
+        int changed = 0;
+        for (auto& [d, cells] : parallel.programs)
+            for (auto& c : cells)
+                if (c.kwargs.contains("inplace")) {
+                    c.kwargs["inplace"] = true;
+                    ++changed;
+                }
+        QVERIFY2(changed > 0, "the plan has no operator with an inplace argument");
+        try {
+            importPair(logical, parallel);
+            QFAIL("accepted an in-place operator");
+        } catch (const UnsupportedOperator& e) {
+            QVERIFY2(std::string(e.what()).find("inplace=true") != std::string::npos, e.what());
+            QVERIFY2(std::string(e.what()).find("parallel plan, device") != std::string::npos, e.what());
+        }
+    }
+
     // A final claim the mapping cannot make (here the loss: the parallel sum's annotation no
     // longer matches the logical one, so the operators do not align) leaves the pair
     // INCONCLUSIVE however many stages are proven.

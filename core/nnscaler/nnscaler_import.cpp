@@ -261,9 +261,14 @@ std::vector<Handle> lowerForward(RankSim& s, const Call& c) {
         if (c.outShapes.size() != n) unsupported(c, "expected " + std::to_string(n) + " output(s), found " + std::to_string(c.outShapes.size()));
     };
     auto noKwargsBut = [&](std::initializer_list<const char*> allowed) {
-        for (auto it = kw.begin(); it != kw.end(); ++it)
+        for (auto it = kw.begin(); it != kw.end(); ++it) {
             if (std::find_if(allowed.begin(), allowed.end(), [&](const char* a) { return it.key() == a; }) == allowed.end())
                 unsupported(c, "keyword argument " + it.key() + " is not supported");
+            // In place, the runtime overwrites the input, and a later reader of it sees the
+            // output; the mapping writes only the output. Refused rather than modelled wrong.
+            if (it.key() == "inplace" && !(it.value().is_boolean() && !it.value().get<bool>()))
+                unsupported(c, "inplace=" + it.value().dump() + " is not modelled (the input would be overwritten for its later readers)");
+        }
     };
     if (sig == "torch.nn.functional.linear") {
         needOutputs(1);

@@ -643,6 +643,7 @@ private:
         // the unknowns it reads. Subterms shared between monomials are walked once per monomial
         // but their unknowns once per walk.
         std::unordered_map<unsigned, unsigned> parent;
+        bool opaque = false;  // a quantifier or bound variable: its unknowns are not walked, so no split
         auto find = [&](unsigned v) {
             while (parent.at(v) != v) v = parent[v] = parent.at(parent.at(v));
             return v;
@@ -654,7 +655,11 @@ private:
             while (!work.empty()) {
                 auto e = work.back();
                 work.pop_back();
-                if (!seen.insert(e.id()).second || !e.is_app()) continue;
+                if (!seen.insert(e.id()).second) continue;
+                if (!e.is_app()) {
+                    opaque = true;
+                    continue;
+                }
                 if (e.is_const()) {
                     if (e.decl().decl_kind() != Z3_OP_UNINTERPRETED) continue;
                     unsigned v = e.id();
@@ -670,6 +675,7 @@ private:
         std::vector<std::optional<unsigned>> readsL, readsR;
         for (const auto& m : l) readsL.push_back(unknownOf(m));
         for (const auto& m : r) readsR.push_back(unknownOf(m));
+        if (opaque) return 0;
         // Group 0: monomials reading no unknown; the others by their unknowns' root.
         std::unordered_map<unsigned, std::size_t> groupOf;
         std::vector<std::pair<std::vector<z3::expr>, std::vector<z3::expr>>> groups(1);
@@ -773,8 +779,14 @@ private:
                     if (!normal) normal.emplace(alg_);
                     bool large = termSizeAtLeast(lhs, rhs, 2000) && (normal->mentionsExpLog(lhs) || normal->mentionsExpLog(rhs));
                     if (!large && simplifies(lhs, rhs)) continue;
-                    if (int how = closesBySeparateParts(lhs, rhs, closes)) {
-                        usedNormalForm = usedNormalForm || how == 2;
+                    int parts = 0;
+                    try {
+                        parts = closesBySeparateParts(lhs, rhs, closes);
+                    } catch (const z3::exception&) {
+                        parts = 0;  // a term the split cannot rebuild (mixed sorts): the whole goes on
+                    }
+                    if (parts) {
+                        usedNormalForm = usedNormalForm || parts == 2;
                         continue;
                     }
                     if (large && simplifies(lhs, rhs)) continue;
