@@ -309,7 +309,7 @@ private slots:
     void lossOverManyLanesIsProvenPartByPart() {
         if (qEnvironmentVariableIntValue("TV_SKIP_HEAVY_TESTS"))
             QSKIP("TV_SKIP_HEAVY_TESTS is set (the sanitizer run): the 512-lane loss runs in the optimised build");
-        auto o = with(small("llama3"), [](Options& x) {
+        auto o = with(small("llama3-70b"), [](Options& x) {
             x.layers = 1;
             x.dp = 16;
             x.tp = 8;
