@@ -115,6 +115,10 @@ private slots:
         row("accumulation on a gelu", ln, [](json& j) { j["parallel"]["ops"][1]["across_microbatches"] = true; }, "/parallel/ops/1/across_microbatches", "for an identity");
         row("accumulation on a collective", ln, [](json& j) { j["parallel"]["ops"][27]["across_microbatches"] = true; }, "/parallel/ops/27/across_microbatches", "accumulates gradients");
         row("accumulation inside a microbatch", ln, [](json& j) { j["parallel"]["ops"][26]["microbatch"] = 0; }, "/parallel/ops/26/across_microbatches", "no microbatch itself");
+        // An op of no microbatch reading a tensor of every microbatch (soundness.md H7): the
+        // accumulation without its across_microbatches flag.
+        row("per-replica op reads a per-microbatch tensor", ln, [](json& j) { j["parallel"]["ops"][26].erase("across_microbatches"); },
+            "/parallel/ops/26/inputs/0", "an op of no microbatch cannot read");
         row("reducer reads one microbatch", ln, [](json& j) { j["parallel"]["ops"][27]["inputs"][0] = j["parallel"]["ops"][25]["outputs"][0]; }, "/parallel/ops/27/inputs/0", "accumulate");
         row("accumulation without microbatches stored once", rp, [](json& j) { j["parallel"]["ops"][0]["across_microbatches"] = true; }, "/parallel/ops/0/across_microbatches", "needs microbatches stored once");
         row("replica mode without replicas", tp, [](json& j) { j["lineage"][0]["replicas"] = "copies"; }, "/lineage/0/replicas", "for plans stored with replicas");

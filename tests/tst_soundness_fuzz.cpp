@@ -21,6 +21,8 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <cstdio>
+
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -575,9 +577,13 @@ private slots:
             oo.seed = rng();
             auto o = runOracle(*loaded.plan, oo);
             const bool differ = o.status == OracleStatus::Differ;
-            if (verbose)
-                qInfo("%s: %s; oracle %s (%.1f s)", name.c_str(), std::string(headline(rep->verdict)).c_str(),
-                      differ ? "differs" : o.status == OracleStatus::Agree ? "agrees" : "undecided", elapsed() - began);
+            // Printed, not logged: Qt Test stops showing messages after 2,000 of them, and the
+            // hour-long run judges far more cases (the summary would be lost).
+            if (verbose) {
+                std::printf("case %s: %s; oracle %s (%.1f s)\n", name.c_str(), std::string(headline(rep->verdict)).c_str(),
+                            differ ? "differs" : o.status == OracleStatus::Agree ? "agrees" : "undecided", elapsed() - began);
+                std::fflush(stdout);
+            }
             if (kind != Kind::Mutant && differ) {  // a generated plan or a correct rewrite of it: the oracle must agree
                 brokenRewrites.push_back(name + ": the oracle finds " + o.summary());
                 return;

@@ -85,9 +85,6 @@ private slots:
         row("correct, microbatches stored once", 0, [](json&) {}, "", 3);
         row("microbatches: forward op of the stored microbatch", 0, [](json& d) { opNamed(d, "layers.1.act@r1")["op"] = "relu"; },
             "layers.1.act@r1", 3);
-        row("microbatches: accumulation keeps microbatch 0 only", 0,
-            [](json& d) { opNamed(d, "bw.layers.0.fc2.matmul.2.accumulate@r0").erase("across_microbatches"); },
-            "bw.layers.0.fc2.matmul.2", 3);
         row("microbatches: activation sent to the wrong stage input", 0,
             [](json& d) {
                 auto& op = opNamed(d, "layers.1.fc1@r1");

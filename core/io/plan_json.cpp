@@ -563,6 +563,18 @@ private:
                                                                 std::string(toString(want)) + " tensor");
             }
             if (parallel && info.microbatch < 0 && !outs.empty()) info.microbatch = g.tensors[outs[0]].microbatch;
+            // With microbatches stored once, a tensor of microbatch 0 stands for every
+            // microbatch's instance; an op of no microbatch (one instance per replica) reading one
+            // would have no single instance to read. Only the accumulation across microbatches
+            // bridges the two (and collectives across replicas, checked above).
+            if (parallel && plan_->replication.microbatches > 1 && info.microbatch < 0 && !info.acrossMicrobatches && !info.acrossReplicas)
+                for (std::size_t k = 0; k < ins.size(); ++k)
+                    if (g.tensors[ins[k]].microbatch >= 0) {
+                        fail(path + "/inputs/" + std::to_string(k), who + ": with microbatches stored once, an op of no microbatch cannot read " +
+                                                                   tensorLabel(g, ins[k]) + ", a tensor of every microbatch (accumulate it across "
+                                                                   "microbatches first, or give the op a microbatch)");
+                        break;
+                    }
 
             auto opId = static_cast<OpId>(g.ops.size());
             info.firstInput = static_cast<std::uint32_t>(g.operands.size());
