@@ -580,7 +580,7 @@ private slots:
             // Printed, not logged: Qt Test stops showing messages after 2,000 of them, and the
             // hour-long run judges far more cases (the summary would be lost).
             if (verbose) {
-                std::printf("case %s: %s; oracle %s (%.1f s)\n", name.c_str(), std::string(headline(rep->verdict)).c_str(),
+                std::printf("%s: %s; oracle %s (%.1f s)\n", name.c_str(), std::string(headline(rep->verdict)).c_str(),
                             differ ? "differs" : o.status == OracleStatus::Agree ? "agrees" : "undecided", elapsed() - began);
                 std::fflush(stdout);
             }
