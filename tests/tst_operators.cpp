@@ -3,9 +3,12 @@
 // rule matches central finite differences of its forward.
 #include <QtTest>
 
+#include <cmath>
+#include <map>
 #include <random>
 #include <set>
 
+#include "ops/algebra.hpp"
 #include "ops/registry.hpp"
 
 using namespace tv;
@@ -457,6 +460,78 @@ private slots:
         // a part index outside [0, parts) is refused
         QVERIFY(!checkOp(spec("embedding"), json{{"parts", 2}, {"index", 2}}, {{N}, {n, H}}, {{N, H}}, {DType::Int, DType::Float}).empty());
         QVERIFY(!checkOp(spec("one_hot"), json{{"parts", 2}}, {{N}}, {{N, n}}, {DType::Int}).empty());
+    }
+
+    /// The rounding bound the checker uses to confirm a counterexample with the real functions
+    /// (evaluateTermWithError): it holds (the exact value is within it), it stays small where the
+    /// evaluation is accurate, it keeps the size of the terms that cancel (so noise around an
+    /// exact 0 is not a difference), and it is unbounded where it cannot be known.
+    void roundingBoundHolds_data() {
+        QTest::addColumn<int>("which");
+        QTest::newRow("a sum of large terms that cancels to 0") << 0;
+        QTest::newRow("softmax row sum minus 1") << 1;
+        QTest::newRow("a small real difference next to a large term") << 2;
+        QTest::newRow("sqrt of a value within its error of 0") << 3;
+        QTest::newRow("exact rational arithmetic") << 4;
+        QTest::newRow("a comparison closer than its error") << 5;
+    }
+    void roundingBoundHolds() {
+        QFETCH(int, which);
+        z3::context c;
+        SymAlgebra alg(c);
+        auto x = c.real_const("x"), y = c.real_const("y"), z = c.real_const("z");
+        const std::map<std::string, long double> at{{"x", 0.75L}, {"y", -1.25L}, {"z", 3.5L}};
+        auto big = c.real_val("100000000");
+        z3::expr e = x;
+        long double exact = 0, maxError = 0;  // maxError 0: unbounded expected
+        switch (which) {
+            case 0:  // (1e8 e^x + y) - 1e8 e^x - y = 0, computed as noise of the size of 1e8 e^x * u
+                e = (big * alg.fExp(x) + y) - big * alg.fExp(x) - y;
+                exact = 0;
+                maxError = 1e-6L;
+                break;
+            case 1: {  // sum_i e^{s_i} / sum_j e^{s_j} - 1 = 0
+                auto zsum = alg.fExp(x) + alg.fExp(y) + alg.fExp(z);
+                auto inv = alg.fInv(zsum);
+                e = alg.fExp(x) * inv + alg.fExp(y) * inv + alg.fExp(z) * inv - c.real_val(1);
+                exact = 0;
+                maxError = 1e-15L;
+                break;
+            }
+            case 2:  // (1e8 + x/1e8) - 1e8 = x/1e8: a real 7.5e-9, far above the rounding of 1e8
+                e = (big + x / big) - big;
+                exact = 0.75e-8L;
+                maxError = 1e-9L;
+                break;
+            case 3:  // sqrt((x + 1e8) - 1e8 - x): its argument is 0 up to noise it cannot sign
+                e = alg.fSqrt((x + big) - big - x);
+                break;
+            case 4:  // (x + y) * z / 7 with exact inputs: exact but for the division's rounding
+                e = (x + y) * z / c.real_val(7);
+                exact = -0.25L;
+                maxError = 1e-17L;
+                break;
+            case 5:  // ite(e^x*e^y >= e^(x+y), 1, 0): equal in reals, the evaluation cannot tell
+                e = z3::ite(alg.fExp(x) * alg.fExp(y) >= alg.fExp(x + y), c.real_val(1), c.real_val(0));
+                exact = 1;
+                maxError = 2;  // up to the distance of the branches (1)
+                break;
+        }
+        const auto v = evaluateTermWithError(e, [&](const std::string& n) { return PreciseValue{at.at(n), 0}; });
+        if (maxError == 0) {
+            QVERIFY2(!std::isfinite(v.error), "the error cannot be bounded here");
+            return;
+        }
+        QVERIFY(std::isfinite(v.value));
+        QVERIFY2(std::abs(v.value - exact) <= v.error, qPrintable(QString("value %1, exact %2, bound %3")
+                                                                        .arg(static_cast<double>(v.value), 0, 'g', 20)
+                                                                        .arg(static_cast<double>(exact))
+                                                                        .arg(static_cast<double>(v.error))));
+        QVERIFY2(v.error <= maxError, qPrintable(QString("bound %1").arg(static_cast<double>(v.error))));
+        // What the checker confirms: a difference beyond 16 times the bound. Noise around 0 is not
+        // one; a real 7.5e-9 is.
+        const bool seen = std::abs(v.value) > 16 * v.error;
+        QCOMPARE(seen, which == 2 || which == 4);
     }
 
 private:

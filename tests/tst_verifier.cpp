@@ -71,6 +71,8 @@ private slots:
         auto two = verify(*plan, 2);
         QCOMPARE(QString::fromStdString(std::string(toString(one.verdict))),
                  QString::fromStdString(expect["verdict"].get<std::string>()));
+        // A stage counterexample the whole step never reaches is INCONCLUSIVE, and says so.
+        QCOMPARE(one.counterexampleUnreached, expect.value("counterexample_unreached", false));
         // Results do not depend on the number of threads.
         QVERIFY(one.verdict == two.verdict);
         QCOMPARE(one.passed, two.passed);

@@ -154,6 +154,7 @@ void FailurePanel::showReport(const VerifyReport& r, const QString& where) {
         Failure f = *r.failure;
         f.trace.reset();
         html += QString::fromStdString(failureToHtml(f, "Diagnosis"));
+        if (!r.confirmation.empty()) html += QStringLiteral("<p>%1</p>").arg(QString::fromStdString(r.confirmation).toHtmlEscaped());
         if (!where.isEmpty()) html += QStringLiteral("<p><i>%1</i></p>").arg(where.toHtmlEscaped());
         if (r.failures.size() > 1)
             html += tr("<p>%n more failure(s) in later stages: filter the stage board by “failed”.</p>", nullptr,

@@ -1,6 +1,7 @@
 #include "ops/algebra.hpp"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <optional>
 #include <cstdio>
@@ -165,62 +166,153 @@ std::vector<z3::expr> SymAlgebra::route(const std::vector<S>& scores, const Rout
     return out;
 }
 
-long double evaluateTermPrecise(const z3::expr& root, const std::function<long double(const std::string&)>& vars) {
-    std::unordered_map<unsigned, long double> memo;
-    std::function<long double(const z3::expr&)> ev = [&](const z3::expr& e) -> long double {
+PreciseValue evaluateTermWithError(const z3::expr& root, const std::function<PreciseValue(const std::string&)>& vars) {
+    constexpr long double u = LDBL_EPSILON;  // one rounding of long double, relative
+    constexpr long double inf = HUGE_VALL;
+    std::unordered_map<unsigned, PreciseValue> memo;
+    // A monotonic function on [x - e, x + e]: the widest move of its value, plus its own rounding
+    // (libm's long double functions are within a few ulps). Outside the domain: unbounded.
+    auto monotonic = [&](const auto& f, const PreciseValue& x, long double lowest) -> PreciseValue {
+        const long double v = f(x.value);
+        if (x.error == 0) return {v, 4 * u * std::abs(v)};
+        if (!std::isfinite(x.error) || x.value - x.error < lowest) return {v, inf};
+        const long double hi = f(x.value + x.error), lo = f(x.value - x.error);
+        return {v, std::max(std::abs(hi - v), std::abs(v - lo)) + 4 * u * std::abs(v)};
+    };
+    std::function<PreciseValue(const z3::expr&)> ev = [&](const z3::expr& e) -> PreciseValue {
         if (auto it = memo.find(e.id()); it != memo.end()) return it->second;
-        long double r = 0;
+        PreciseValue r;
         if (e.is_numeral()) {
-            {
-                auto text = e.get_decimal_string(24);
-                if (!text.empty() && text.back() == '?') text.pop_back();
-                r = std::stold(text);
-            }
-        } else if (e.is_bool() && e.is_true()) {
-            r = 1;
-        } else if (e.is_bool() && e.is_false()) {
-            r = 0;
+            auto text = e.get_decimal_string(24);
+            const bool truncated = !text.empty() && text.back() == '?';
+            if (truncated) text.pop_back();
+            r.value = std::stold(text);
+            std::int64_t whole = 0;  // an integer that fits is read exactly
+            r.error = e.is_numeral_i64(whole) ? 0 : u * std::abs(r.value) + (truncated ? 1e-24L : 0);
+        } else if (e.is_bool() && (e.is_true() || e.is_false())) {
+            r.value = e.is_true() ? 1 : 0;
         } else if (e.is_app()) {
-            auto d = e.decl();
-            auto k = d.decl_kind();
-            auto arg = [&](unsigned i) { return ev(e.arg(i)); };
-            switch (k) {
-                case Z3_OP_ADD: r = 0; for (unsigned i = 0; i < e.num_args(); ++i) r += arg(i); break;
-                case Z3_OP_MUL: r = 1; for (unsigned i = 0; i < e.num_args(); ++i) r *= arg(i); break;
-                case Z3_OP_SUB: r = arg(0); for (unsigned i = 1; i < e.num_args(); ++i) r -= arg(i); break;
-                case Z3_OP_UMINUS: r = -arg(0); break;
-                case Z3_OP_DIV: r = arg(0) / arg(1); break;
-                case Z3_OP_POWER: r = std::pow(arg(0), arg(1)); break;
-                case Z3_OP_TO_REAL: r = arg(0); break;
-                case Z3_OP_ITE: r = arg(0) != 0 ? arg(1) : arg(2); break;
-                case Z3_OP_GE: r = arg(0) >= arg(1); break;
-                case Z3_OP_GT: r = arg(0) > arg(1); break;
-                case Z3_OP_LE: r = arg(0) <= arg(1); break;
-                case Z3_OP_LT: r = arg(0) < arg(1); break;
-                case Z3_OP_EQ: r = arg(0) == arg(1); break;
-                case Z3_OP_AND: r = 1; for (unsigned i = 0; i < e.num_args(); ++i) r = r && arg(i) != 0; break;
-                case Z3_OP_OR: r = 0; for (unsigned i = 0; i < e.num_args(); ++i) r = r || arg(i) != 0; break;
-                case Z3_OP_NOT: r = arg(0) == 0; break;
-                case Z3_OP_UNINTERPRETED: {
-                    auto name = d.name().str();
-                    if (e.num_args() == 0) {
-                        r = name == "%pi" ? 3.141592653589793238462643383279502884L : vars(name);
-                    } else if (name == "exp") r = std::exp(arg(0));
-                    else if (name == "log") r = std::log(arg(0));
-                    else if (name == "sqrt") r = std::sqrt(arg(0));
-                    else if (name == "rsqrt") r = 1.0L / std::sqrt(arg(0));
-                    else if (name == "sigmoid") r = 1.0L / (1.0L + std::exp(-arg(0)));
-                    else if (name == "tanh") r = std::tanh(arg(0));
-                    else if (name == "erf") r = std::erf(arg(0));
-                    else if (name == "pow") r = std::pow(arg(0), arg(1));
-                    else if (name == "inv") r = 1.0L / arg(0);
-                    else if (RouteSpec spec; RouteSpec::parse(name, spec)) {
-                        std::vector<double> row;  // the routing compares scores: double is enough
-                        for (unsigned i = 0; i + 1 < e.num_args(); ++i) row.push_back(static_cast<double>(arg(i)));
-                        const auto which = static_cast<std::size_t>(arg(e.num_args() - 1));
-                        r = routeExact(row, spec).at(which);
+            const auto d = e.decl();
+            const unsigned n = e.num_args();
+            std::vector<PreciseValue> a;
+            a.reserve(n);
+            for (unsigned i = 0; i < n; ++i) a.push_back(ev(e.arg(i)));
+            // A comparison whose sides are closer than their errors may come out either way: its
+            // value is then uncertain (error 1), and so is whatever it selects.
+            auto compare = [&](bool holds) {
+                const long double slack = a[0].error + a[1].error;
+                const bool close = slack > 0 && std::abs(a[0].value - a[1].value) <= slack;
+                return PreciseValue{holds ? 1.0L : 0.0L, close ? 1.0L : 0.0L};
+            };
+            switch (d.decl_kind()) {
+                case Z3_OP_ADD:
+                case Z3_OP_SUB: {
+                    long double mag = 0;
+                    r.value = a[0].value;
+                    r.error = a[0].error;
+                    mag = std::abs(a[0].value);
+                    for (unsigned i = 1; i < n; ++i) {
+                        r.value = d.decl_kind() == Z3_OP_ADD ? r.value + a[i].value : r.value - a[i].value;
+                        r.error += a[i].error;
+                        mag += std::abs(a[i].value);
                     }
-                    else throw std::runtime_error("evaluateTerm: unknown function " + name);
+                    // Each partial sum rounds by at most u times the sum of the magnitudes so far:
+                    // what matters for a result near 0 is the size of the terms that cancelled.
+                    r.error += static_cast<long double>(n) * u * mag;
+                    break;
+                }
+                case Z3_OP_UMINUS: r = {-a[0].value, a[0].error}; break;
+                case Z3_OP_MUL: {
+                    r.value = 1;
+                    for (unsigned i = 0; i < n; ++i) r.value *= a[i].value;
+                    for (unsigned i = 0; i < n; ++i) {
+                        long double others = a[i].error;
+                        for (unsigned j = 0; j < n; ++j)
+                            if (j != i) others *= std::abs(a[j].value) + a[j].error;
+                        r.error += others;
+                    }
+                    r.error += static_cast<long double>(n) * u * std::abs(r.value);
+                    break;
+                }
+                case Z3_OP_DIV: {
+                    r.value = a[0].value / a[1].value;
+                    const long double room = std::abs(a[1].value) - a[1].error;
+                    r.error = room <= 0 ? inf : (a[0].error + std::abs(r.value) * a[1].error) / room + u * std::abs(r.value);
+                    break;
+                }
+                case Z3_OP_POWER: {
+                    const long double y = a[1].value;
+                    if (a[1].error > 0) {
+                        r = {std::pow(a[0].value, y), inf};
+                        break;
+                    }
+                    r = monotonic([&](long double x) { return std::pow(x, y); }, a[0], y == std::floor(y) ? -inf : 0);
+                    if (y == std::floor(y) && a[0].error > 0 && a[0].value - a[0].error < 0 && a[0].value + a[0].error > 0) {
+                        // An even power is not monotonic across 0: bound by the larger end.
+                        const long double m = std::abs(a[0].value) + a[0].error;
+                        r.error = std::max(r.error, std::abs(std::pow(m, y)) + std::abs(r.value));
+                    }
+                    break;
+                }
+                case Z3_OP_TO_REAL: r = a[0]; break;
+                case Z3_OP_ITE: {
+                    const bool then = a[0].value != 0;
+                    r = then ? a[1] : a[2];
+                    if (a[0].error >= 0.5) r.error = std::max(a[1].error, a[2].error) + std::abs(a[1].value - a[2].value);
+                    break;
+                }
+                case Z3_OP_GE: r = compare(a[0].value >= a[1].value); break;
+                case Z3_OP_GT: r = compare(a[0].value > a[1].value); break;
+                case Z3_OP_LE: r = compare(a[0].value <= a[1].value); break;
+                case Z3_OP_LT: r = compare(a[0].value < a[1].value); break;
+                case Z3_OP_EQ: r = compare(a[0].value == a[1].value); break;
+                case Z3_OP_AND:
+                    r.value = 1;
+                    for (const auto& x : a) r = {r.value != 0 && x.value != 0 ? 1.0L : 0.0L, std::max(r.error, x.error)};
+                    break;
+                case Z3_OP_OR:
+                    r.value = 0;
+                    for (const auto& x : a) r = {r.value != 0 || x.value != 0 ? 1.0L : 0.0L, std::max(r.error, x.error)};
+                    break;
+                case Z3_OP_NOT: r = {a[0].value == 0 ? 1.0L : 0.0L, a[0].error}; break;
+                case Z3_OP_UNINTERPRETED: {
+                    const auto name = d.name().str();
+                    if (n == 0) {
+                        r = name == "%pi" ? PreciseValue{3.141592653589793238462643383279502884L, u * 4} : vars(name);
+                    } else if (name == "exp") r = monotonic([](long double x) { return std::exp(x); }, a[0], -inf);
+                    else if (name == "log") r = monotonic([](long double x) { return std::log(x); }, a[0], 0);
+                    else if (name == "sqrt") r = monotonic([](long double x) { return std::sqrt(x); }, a[0], 0);
+                    else if (name == "rsqrt") r = monotonic([](long double x) { return 1.0L / std::sqrt(x); }, a[0], 0);
+                    else if (name == "sigmoid") r = monotonic([](long double x) { return 1.0L / (1.0L + std::exp(-x)); }, a[0], -inf);
+                    else if (name == "tanh") r = monotonic([](long double x) { return std::tanh(x); }, a[0], -inf);
+                    else if (name == "erf") r = monotonic([](long double x) { return std::erf(x); }, a[0], -inf);
+                    else if (name == "inv") {
+                        r.value = 1.0L / a[0].value;
+                        const long double room = std::abs(a[0].value) - a[0].error;
+                        r.error = room <= 0 ? inf : std::abs(r.value) * a[0].error / room + u * std::abs(r.value);
+                    } else if (name == "pow") {
+                        const long double y = a[1].value;
+                        r = a[1].error > 0 ? PreciseValue{std::pow(a[0].value, y), inf}
+                                           : monotonic([&](long double x) { return std::pow(x, y); }, a[0], 0);
+                    } else if (RouteSpec spec; RouteSpec::parse(name, spec)) {
+                        std::vector<double> row;  // the routing compares scores: double is enough
+                        for (unsigned i = 0; i + 1 < n; ++i) row.push_back(static_cast<double>(a[i].value));
+                        const auto which = static_cast<std::size_t>(a[n - 1].value);
+                        r.value = routeExact(row, spec).at(which);
+                        // A 0/1 choice: certain unless two scores (or sums of two, for grouped
+                        // top-2 routing) are closer than their errors and the double they are
+                        // compared in.
+                        long double worst = 0;
+                        for (unsigned i = 0; i + 1 < n; ++i) worst = std::max(worst, a[i].error + 2e-16L * (1 + std::abs(a[i].value)));
+                        for (unsigned i = 0; i + 1 < n && r.error == 0; ++i)
+                            for (unsigned j = i + 1; j + 1 < n; ++j)
+                                if (std::abs(a[i].value - a[j].value) <= (spec.top2 ? 4 : 2) * worst) {
+                                    r.error = 1;
+                                    break;
+                                }
+                    } else {
+                        throw std::runtime_error("evaluateTerm: unknown function " + name);
+                    }
                     break;
                 }
                 default:
@@ -229,10 +321,15 @@ long double evaluateTermPrecise(const z3::expr& root, const std::function<long d
         } else {
             throw std::runtime_error("evaluateTerm: unsupported term " + e.to_string());
         }
+        if (std::isnan(r.error)) r.error = inf;
         memo.emplace(e.id(), r);
         return r;
     };
     return ev(root);
+}
+
+long double evaluateTermPrecise(const z3::expr& root, const std::function<long double(const std::string&)>& vars) {
+    return evaluateTermWithError(root, [&](const std::string& name) { return PreciseValue{vars(name), 0}; }).value;
 }
 
 double evaluateTerm(const z3::expr& root, const std::function<double(const std::string&)>& vars) {

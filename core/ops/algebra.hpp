@@ -146,5 +146,17 @@ double evaluateTerm(const z3::expr& e, const std::function<double(const std::str
 /// whether a counterexample really differs, so that a difference far below float32 rounding (an
 /// epsilon changed from 1e-8 to 2e-8) still shows above the evaluation's own rounding.
 long double evaluateTermPrecise(const z3::expr& e, const std::function<long double(const std::string&)>& vars);
+/// A value of the real functions with a bound on its rounding error: first order, by running
+/// error analysis (each operation adds its rounding, u times the magnitude it works on, to the
+/// errors of its operands carried through: a sum that cancels keeps the error of the terms that
+/// cancelled, so noise around 0 is not taken for a value). Infinite where the error cannot be
+/// bounded (a divisor or a sqrt argument within its error of 0); a comparison or a routing
+/// choice closer than its error has error 1.
+struct PreciseValue {
+    long double value = 0;
+    long double error = 0;
+};
+/// `vars` gives each input with the error of its reading (0 for a value read exactly).
+PreciseValue evaluateTermWithError(const z3::expr& e, const std::function<PreciseValue(const std::string&)>& vars);
 
 }  // namespace tv

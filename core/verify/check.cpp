@@ -1,6 +1,7 @@
 #include "verify/check.hpp"
 
 #include <cctype>
+#include <cfloat>
 #include <cmath>
 #include <random>
 #include <chrono>
@@ -914,25 +915,36 @@ private:
         return false;
     }
 
-    /// A term's value with the model's inputs and the real functions (NaN where undefined).
-    long double realValue(const z3::model& m, const z3::expr& e) const {
+    /// A term's value with the model's inputs and the real functions (NaN where undefined), with
+    /// a bound on the rounding of its evaluation.
+    PreciseValue realValue(const z3::model& m, const z3::expr& e) const {
         try {
-            return evaluateTermPrecise(e, [&](const std::string& name) {
+            return evaluateTermWithError(e, [&](const std::string& name) {
                 auto v = m.eval(ctx_.real_const(name.c_str()), true);
-                std::string text = v.is_numeral() ? v.get_decimal_string(24) : "0";
-                if (!text.empty() && text.back() == '?') text.pop_back();
-                return std::stold(text);
+                if (!v.is_numeral()) return PreciseValue{0, 0};
+                std::int64_t whole = 0;
+                if (v.is_numeral_i64(whole)) return PreciseValue{static_cast<long double>(whole), 0};
+                // A rational read through 24 decimals (truncated: '?') and then rounded.
+                std::string text = v.get_decimal_string(24);
+                const bool truncated = !text.empty() && text.back() == '?';
+                if (truncated) text.pop_back();
+                const long double x = std::stold(text);
+                return PreciseValue{x, LDBL_EPSILON * std::abs(x) + (truncated ? 1e-24L : 0)};
             });
         } catch (const std::exception&) {
-            return std::nanl("");
+            return {std::nanl(""), HUGE_VALL};
         }
     }
 
-    /// Whether two values of the real functions differ beyond the rounding of the evaluation
-    /// (long double: relative 1e-19 per operation; 1e-12 leaves seven orders for the error to
-    /// accumulate over a stage's terms, and still sees a float32-scale constant changed).
-    static bool beyondRounding(long double a, long double b) {
-        return std::abs(a - b) > 1e-12L * (1 + std::abs(a) + std::abs(b));
+    /// Whether two values of the real functions differ beyond the rounding of their evaluation.
+    /// The bound is the running error of each side (algebra.hpp: a sum that cancels keeps the
+    /// error of the terms that cancelled), with a factor 16 for what first order leaves out. A
+    /// relative tolerance alone is wrong both ways: near 0 (a gradient that is exactly 0, computed
+    /// as the difference of two large sums) any noise exceeds it, and a real difference far below
+    /// it (an epsilon changed from 1e-8 to 2e-8 in a large term) is lost.
+    static bool beyondRounding(const PreciseValue& a, const PreciseValue& b) {
+        if (!std::isfinite(a.error) || !std::isfinite(b.error)) return false;
+        return std::abs(a.value - b.value) > 16 * (a.error + b.error);
     }
 
     /// Random inputs (multiples of 1/64 in [-2, 2]; ids a class of their domain) under which some
@@ -979,20 +991,20 @@ private:
                 for (std::size_t c = 0; c < iv.b.size(); ++c)
                     num[iv.b[c].decl().name().str()] = num[name] == 64 * static_cast<std::int64_t>(c + 1) ? 64 : 0;
             }
-            auto at = [&](const std::string& name) {
+            auto at = [&](const std::string& name) {  // multiples of 1/64: exact
                 auto it = num.find(name);
-                return it == num.end() ? 0.0L : static_cast<long double>(it->second) / 64.0L;
+                return PreciseValue{it == num.end() ? 0.0L : static_cast<long double>(it->second) / 64.0L, 0};
             };
             bool differs = false;
             for (const auto& q : eqs) {
-                long double a = 0, b = 0;
+                PreciseValue a, b;
                 try {
-                    a = evaluateTermPrecise(q.lhs, at);
-                    b = evaluateTermPrecise(q.rhs, at);
+                    a = evaluateTermWithError(q.lhs, at);
+                    b = evaluateTermWithError(q.rhs, at);
                 } catch (const std::exception&) {
                     continue;
                 }
-                if (std::isfinite(a) && (!std::isfinite(b) || beyondRounding(a, b))) {
+                if (std::isfinite(a.value) && std::isfinite(a.error) && (!std::isfinite(b.value) || beyondRounding(a, b))) {
                     differs = true;
                     break;
                 }
@@ -1010,11 +1022,11 @@ private:
     /// neither side applies an uninterpreted function, else as numbers, beyond rounding.
     bool reallyDiffers(const z3::model& m, const z3::expr& lhs, const z3::expr& rhs) const {
         if (!mentionsFunction(lhs) && !mentionsFunction(rhs)) return m.eval(lhs == rhs, true).is_false();
-        const long double a = realValue(m, lhs), b = realValue(m, rhs);
+        const auto a = realValue(m, lhs), b = realValue(m, rhs);
         // Where the logical step has no value (sqrt of a negative, a division by zero) there is
         // nothing to disagree with; where it has one and the parallel plan does not, they differ.
-        if (!std::isfinite(a)) return false;
-        if (!std::isfinite(b)) return true;
+        if (!std::isfinite(a.value)) return false;
+        if (!std::isfinite(b.value)) return true;
         return beyondRounding(a, b);
     }
 
@@ -1084,7 +1096,7 @@ private:
     std::string value(const z3::model& m, const z3::expr& e) const {
         if (mentionsFunction(e)) {
             char buf[64];
-            std::snprintf(buf, sizeof buf, "%.9Lg", realValue(m, e));
+            std::snprintf(buf, sizeof buf, "%.9Lg", realValue(m, e).value);
             return buf;
         }
         auto v = m.eval(e, true);

@@ -341,13 +341,24 @@ VerifyReport VerificationRun::run() {
     if (rep.verdict == Verdict::NotEquivalent && opts_.confirmUpToElements > 0 && !cancelled_.load()) {
         OracleOptions oo;
         oo.maxElements = opts_.confirmUpToElements;
+        oo.trials = std::max(1, opts_.confirmTrials);
         try {
             auto o = runOracle(plan_, oo);
-            if (o.status == OracleStatus::Differ)
+            if (o.status == OracleStatus::Differ) {
                 rep.confirmation = "confirmed by the concrete oracle: " + o.summary();
-            else if (o.status == OracleStatus::Agree)
+            } else if (o.status == OracleStatus::Agree) {
+                // A stage is checked on every input its lineage allows, and some of those the step
+                // never produces (the gradient of a bias that softmax makes exactly 0 is, to the
+                // stage that sums it, any tensor at all). Where the whole step, run at full shapes,
+                // agrees on every claim, the counterexample is not shown to be reachable: saying NOT
+                // EQUIVALENT would be a false alarm whenever it is not (soundness.md §1).
+                rep.verdict = Verdict::Inconclusive;
+                rep.counterexampleUnreached = true;
                 rep.confirmation = "not confirmed by the concrete oracle: every lineage claim agreed at full shapes on " +
-                                   std::to_string(oo.trials) + " random inputs (a difference that needs special values, or a false alarm)";
+                                   std::to_string(oo.trials) + " random inputs: the failure above may need stage inputs that the step never "
+                                   "produces (a stage is checked on every input its lineage allows), or special values; INCONCLUSIVE, "
+                                   "not NOT EQUIVALENT";
+            }
         } catch (const std::exception& e) {
             rep.confirmation.clear();
         }
@@ -377,6 +388,7 @@ nlohmann::json reportToJson(const VerifyReport& r) {
     nlohmann::json j;
     j["verdict"] = toString(r.verdict);
     if (!r.confirmation.empty()) j["confirmation"] = r.confirmation;
+    if (r.counterexampleUnreached) j["counterexample_unreached"] = true;
     j["stages"] = {{"total", r.results.size()},
                    {"passed", r.passed},
                    {"failed", r.failed},

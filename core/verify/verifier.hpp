@@ -52,6 +52,11 @@ struct VerifyReport {
     /// NOT EQUIVALENT on a plan small enough: what the concrete oracle (oracle.hpp) says, at full
     /// shapes with the real functions, e.g. "the result loss[] differs at []: expected ..., got ...".
     std::string confirmation;
+    /// The stages found a counterexample, but the concrete oracle ran at full shapes and every
+    /// lineage claim held on every trial: the counterexample needs stage inputs that the step
+    /// may never produce (a staged proof checks a stage on every input its lineage allows), so
+    /// the verdict is INCONCLUSIVE, not NOT EQUIVALENT. `failure` still shows the counterexample.
+    bool counterexampleUnreached = false;
 };
 
 /// Stage proofs kept across runs (the Studio re-verifying after a reload). Keyed by proofKey, which
@@ -93,6 +98,9 @@ struct VerifyOptions {
     /// oracle) when they have at most this many elements, and report whether it confirms the
     /// difference and whether it reaches a result that leaves the step. 0: never.
     std::uint64_t confirmUpToElements = 1'000'000;
+    /// Random inputs the oracle tries before a counterexample it never reaches turns the verdict
+    /// into INCONCLUSIVE (VerifyReport::counterexampleUnreached).
+    int confirmTrials = 6;
 };
 
 /// One verification run; cancel() may be called from any thread.
