@@ -2,6 +2,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <new>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -14,6 +15,7 @@
 #include "bugs/bug_catalog.hpp"
 #include "generate/generator.hpp"
 #include "io/plan_json.hpp"
+#include "model/text.hpp"
 #include "nnscaler/nnscaler_pair.hpp"
 #include "nnscaler/nnscaler_plan.hpp"
 #include "pickle/pickle.hpp"
@@ -95,7 +97,7 @@ misplaced; 3 invalid input, usage, or a bug the plan has no site for).
 )";
 
 int usageError(const std::string& msg) {
-    std::fprintf(stderr, "trainverify: %s\n(see trainverify --help)\n", msg.c_str());
+    std::fprintf(stderr, "trainverify: %s\n(see trainverify --help)\n", tv::printableMessage(msg).c_str());
     return 3;
 }
 
@@ -775,6 +777,11 @@ int main(int argc, char** argv) {
             std::printf("trainverify %s\n", TV_VERSION);
             return 0;
         }
+        // "trainverify CMD --help" (or -h) anywhere among a command's arguments: the usage.
+        if (std::find(rest.begin(), rest.end(), "--help") != rest.end() || std::find(rest.begin(), rest.end(), "-h") != rest.end()) {
+            std::fputs(kUsage, stdout);
+            return 0;
+        }
         if (cmd == "verify") return cmdVerify(rest);
         if (cmd == "inspect") return cmdInspect(rest);
         if (cmd == "ops") return cmdOps();
@@ -783,6 +790,12 @@ int main(int argc, char** argv) {
         if (cmd == "generate") return cmdGenerate(rest);
         if (cmd == "mutate") return cmdMutate(rest);
         return usageError("unknown command " + cmd);
+    } catch (const std::bad_alloc&) {
+        // Not the input's fault and not a verdict: the run could not finish (exit 2, like any
+        // INCONCLUSIVE), never the code of an invalid plan.
+        std::fprintf(stdout, "INCONCLUSIVE: out of memory while running \"%s\"; nothing was decided\n", cmd.c_str());
+        std::fprintf(stderr, "trainverify: out of memory (%s); try --jobs 1, or a machine with more memory\n", cmd.c_str());
+        return 2;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "trainverify: internal error: %s\n", e.what());
         return 3;

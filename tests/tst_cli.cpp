@@ -331,6 +331,45 @@ private slots:
         auto v = trainverify({"--version"});
         QCOMPARE(v.exitCode, 0);
         QVERIFY(v.out.startsWith("trainverify "));
+        // Every command answers --help (issue 17: "mutate --help" was an unknown option).
+        for (const char* cmd : {"verify", "inspect", "generate", "mutate", "oracle", "convert"}) {
+            auto c = trainverify({cmd, "--help"});
+            QCOMPARE(c.exitCode, 0);
+            QVERIFY2(c.out.contains("Usage:"), cmd);
+        }
+    }
+
+    /// What the command line prints never carries a control character from the input, and a long
+    /// name is shortened (issue 17: ESC sequences in names reached the terminal raw).
+    void outputIsEscaped() {
+        QTemporaryDir dir;
+        auto r = trainverify({"verify", "--bogus\x1b[2J"});
+        QCOMPARE(r.exitCode, 3);
+        QVERIFY(!r.err.contains(QChar(0x1b)));
+        r = trainverify({"verify", QStringLiteral("--bogus") + QChar(0x1b) + "[2J"});
+        QCOMPARE(r.exitCode, 3);
+        QVERIFY2(!r.err.contains(QChar(0x1b)), qPrintable(r.err));
+        QVERIFY2(r.err.contains("\\x1b"), qPrintable(r.err));
+        QFile in(example("mlp-tp2.json"));
+        QVERIFY(in.open(QIODevice::ReadOnly));
+        auto doc = QJsonDocument::fromJson(in.readAll()).object();
+        auto par = doc["parallel"].toObject();
+        auto ops = par["ops"].toArray();
+        auto op = ops[0].toObject();
+        op["inputs"] = QJsonArray{QString(100000, 'x') + QChar(0x07)};
+        ops[0] = op;
+        par["ops"] = ops;
+        doc["parallel"] = par;
+        const auto path = dir.filePath("bad.json");
+        QFile out(path);
+        QVERIFY(out.open(QIODevice::WriteOnly));
+        out.write(QJsonDocument(doc).toJson());
+        out.close();
+        r = trainverify({"verify", path});
+        QCOMPARE(r.exitCode, 3);
+        QVERIFY2(r.out.size() + r.err.size() < 4000, "a 100 KB name is shortened");
+        QVERIFY(!r.out.contains(QChar(0x07)) && !r.err.contains(QChar(0x07)));
+        QVERIFY2((r.out + r.err).contains("100001 bytes"), qPrintable(r.out + r.err));
     }
 };
 

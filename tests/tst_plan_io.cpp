@@ -93,6 +93,22 @@ private slots:
         row("future version", tp, [](json& j) { j["version"] = 4; }, "/version", "unsupported version 4");
         // Version 2: data-parallel replicas stored once.
         const char* rp = "mlp-dp2-tp2-replicas.json";
+        // Numbers past what the plan model holds are refused where they are written (issue 17: a
+        // wrapped value verified, a wrapped lane count crashed).
+        row("attribute integer past 64 bits", tp, [](json& j) { j["parallel"]["ops"][13]["attrs"]["lr"] = std::uint64_t{18446744073709551615u}; },
+            "/parallel/ops/13/attrs/lr", "integer out of range");
+        row("nested attribute integer past 64 bits", tp, [](json& j) { j["parallel"]["ops"][13]["attrs"]["extra"] = json::array({1, std::uint64_t{9223372036854775808u}}); },
+            "/parallel/ops/13/attrs/extra/1", "integer out of range");
+        row("rational attribute past 64 bits", tp, [](json& j) { j["parallel"]["ops"][13]["attrs"]["lr"] = "154072529997519064519792581785e30"; },
+            "/parallel/ops/13", "must be a number or a rational string");
+        row("lineage coefficient past 64 bits", tp, [](json& j) { j["lineage"].back()["slices"][0]["copies"][0][0] = json{{"tensor", j["lineage"].back()["slices"][0]["copies"][0][0]}, {"coeff", "154072529997519064519792581785e30"}}; },
+            "/lineage", "coeff must be");
+        row("op id with a control character", tp, [](json& j) { j["parallel"]["ops"][0]["id"] = "fc1\x1b[31m"; }, "/parallel/ops/0/id",
+            "holds a control character");
+        row("tensor id with a control character", tp, [](json& j) { j["logical"]["tensors"][0]["id"] = std::string("x\x07"); }, "/logical/tensors/0/id",
+            "holds a control character");
+        row("replicas with fewer ranks than dp", rp, [](json& j) { j["parallel"]["mesh"]["dp"] = 1 << 20; }, "/parallel/ranks", "replicas of equally many ranks");
+        row("lanes past 2^24", rp, [](json& j) { j["parallel"]["mesh"]["dp"] = 1 << 20; j["parallel"]["microbatches"] = 1 << 20; j["parallel"]["replicas"]["microbatches"] = true; }, "/parallel/replicas", "lanes stored once");
         row("replicas in version 1", rp, [](json& j) { j["version"] = 1; }, "/parallel/replicas", "needs \"version\": 2");
         row("replicas along tp", rp, [](json& j) { j["parallel"]["replicas"]["axis"] = "tp"; }, "/parallel/replicas/axis", "repeat along \"dp\"");
         row("replicas without dp", rp, [](json& j) { j["parallel"]["mesh"].erase("dp"); j["parallel"].erase("ranks"); }, "/parallel/replicas", "dp of 2 or more");
@@ -210,7 +226,23 @@ private slots:
         auto res = readPlanJson(doc);
         QVERIFY(!res.ok());
         bool names = false;
-        for (const auto& p : res.problems) names = names || p.message.find("MiB of names") != std::string::npos;
+        for (const auto& p : res.problems) names = names || p.message.find("MiB of entries") != std::string::npos;
+        QVERIFY2(names, res.problems.front().toString().c_str());
+        // Numbers cost memory as well as names (issue 17: a repeated entry carrying a 500,000-number
+        // array wrote out 7.8 GB and aborted): repeats that double an entry of 100,000 numbers pass
+        // the entry count (a few hundred entries) but not the memory bound, which each repeat
+        // checks before it copies anything.
+        doc = loadJson("mlp-tp2.json");
+        doc["version"] = 3;
+        auto& ts2 = doc["logical"]["tensors"];
+        const int first = static_cast<int>(ts2.size());
+        ts2.push_back(json{{"id", "bomb"}, {"shape", {1}}, {"payload", std::vector<int>(100000, 7)}});
+        for (int k = 0, written = 1; k < 12; ++k, written *= 2)
+            ts2.push_back(json{{"repeat", {{"from", first}, {"count", written}}}});
+        res = readPlanJson(doc);
+        QVERIFY(!res.ok());
+        names = false;
+        for (const auto& p : res.problems) names = names || p.message.find("MiB of entries") != std::string::npos;
         QVERIFY2(names, res.problems.front().toString().c_str());
         doc = loadJson(kRepeats);
         auto* rep = firstRepeat(doc, "/parallel/ops", true);
@@ -388,6 +420,16 @@ private slots:
         auto res = readPlanText("{\n  \"format\": \"trainverify-plan\",\n  \"version\": 1,,\n}");
         QVERIFY(!res.ok());
         QVERIFY2(res.problems[0].message.find("malformed JSON at line 3") != std::string::npos, res.problems[0].message.c_str());
+        // A number past a double's range is a problem of the file, in words (issue 17: the library's
+        // raw message, as an internal error).
+        res = readPlanText("{\"format\": \"trainverify-plan\", \"version\": 1.0e400}");
+        QVERIFY(!res.ok());
+        QVERIFY2(res.problems[0].message.find("a number is out of range (") != std::string::npos, res.problems[0].message.c_str());
+        QVERIFY2(res.problems[0].message.find("json.exception") == std::string::npos, res.problems[0].message.c_str());
+        // What the parser quotes from the file is escaped.
+        res = readPlanText(std::string("{\"format\": \x1b[2J}"));
+        QVERIFY(!res.ok());
+        QVERIFY2(res.problems[0].message.find('\x1b') == std::string::npos, res.problems[0].message.c_str());
     }
 
     void missingFile() {

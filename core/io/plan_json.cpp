@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "model/text.hpp"
 #include "ops/registry.hpp"
 
 namespace tv {
@@ -13,6 +14,22 @@ namespace tv {
 using json = nlohmann::json;
 
 namespace {
+
+/// The JSON path of the first unsigned integer above INT64_MAX in `v`, if any.
+std::optional<std::string> integerOutOfRange(const nlohmann::json& v, const std::string& path) {
+    std::vector<std::pair<const nlohmann::json*, std::string>> work{{&v, path}};
+    while (!work.empty()) {
+        auto [x, at] = work.back();
+        work.pop_back();
+        if (x->is_number_unsigned() && x->get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX)) return at;
+        if (x->is_object())
+            for (auto it = x->begin(); it != x->end(); ++it) work.emplace_back(&*it, at + "/" + it.key());
+        else if (x->is_array())
+            for (std::size_t k = 0; k < x->size(); ++k) work.emplace_back(&(*x)[k], at + "/" + std::to_string(k));
+    }
+    return std::nullopt;
+}
+
 
 constexpr std::int64_t kMaxDim = std::int64_t(1) << 40;
 constexpr std::size_t kMaxRank = 16;
@@ -47,7 +64,8 @@ private:
     std::vector<PlanProblem> problems_;
 
     void fail(const std::string& path, const std::string& msg) {
-        problems_.push_back({path, msg});
+        // Names and keys come from the file: shown escaped and shortened, never raw.
+        problems_.push_back({printable(shortened(path, 240)), printableMessage(msg)});
         if (problems_.size() >= kMaxProblems) throw TooManyProblems{};
     }
     bool bad() const { return !problems_.empty(); }
@@ -174,7 +192,20 @@ private:
             fail("/parallel/replicas", "replicas need a mesh with dp of 2 or more (or microbatches stored once)");
             return;
         }
+        // Every lane count is computed in 32 bits (Replication::instances): dp x microbatches is
+        // bounded here, where the plan says it, so that no product downstream can wrap.
+        const std::int64_t lanes = static_cast<std::int64_t>(D) * (microbatches ? plan_->microbatches : 1);
+        if (lanes > kMaxLanes) {
+            fail("/parallel/replicas", "dp " + std::to_string(D) + (microbatches ? " x " + std::to_string(plan_->microbatches) + " microbatches" : std::string()) +
+                                           " is " + std::to_string(lanes) + " lanes stored once, more than " + std::to_string(kMaxLanes));
+            return;
+        }
         const auto n = static_cast<std::int32_t>(plan_->ranks.size());
+        if (n < D || n % D != 0) {
+            fail("/parallel/ranks", "with replicas, the " + std::to_string(n) + " ranks must be dp (" + std::to_string(D) +
+                                        ") replicas of equally many ranks");
+            return;
+        }
         const auto S = n / D;
         for (std::int32_t rk = 0; rk < n; ++rk)
             if (plan_->ranks[static_cast<std::size_t>(rk)].at(Axis::DP) != rk / S) {
@@ -184,6 +215,7 @@ private:
             }
         plan_->replication = Replication{D, S, microbatches ? plan_->microbatches : 1};
     }
+    static constexpr std::int64_t kMaxLanes = std::int64_t{1} << 24;
 
     /// Microbatch fields range over the listed microbatches: only 0 when they are stored once.
     std::int32_t listedMicrobatches() const { return plan_->replication.microbatches > 1 ? 1 : plan_->microbatches; }
@@ -271,6 +303,10 @@ private:
                 fail(path + "/id", "tensor id is empty");
                 continue;
             }
+            if (hasControlCharacter(name)) {
+                fail(path + "/id", "tensor id \"" + name + "\" holds a control character");
+                continue;
+            }
             info.name = plan_->names.intern(name);
             if (g.tensorByName.count(info.name)) {
                 fail(path + "/id", "duplicate tensor id \"" + name + "\"");
@@ -338,6 +374,10 @@ private:
                 fail(path + "/id", "op id is empty");
                 continue;
             }
+            if (hasControlCharacter(name)) {
+                fail(path + "/id", "op id \"" + name + "\" holds a control character");
+                continue;
+            }
             OpInfo info;
             info.name = plan_->names.intern(name);
             std::string who = "op \"" + name + "\"";
@@ -358,6 +398,13 @@ private:
                     fail(path + "/phase", who + ": unknown phase \"" + ph->get<std::string>() + "\" (forward, backward, optimizer, communication)");
             json attrs = json::object();
             if (auto* a = objectMember(o, "attrs", path, false)) attrs = *a;
+            // Attributes are read as 64-bit integers and exact rationals: an integer past that
+            // range would wrap to another value (2^64 - 1 read as -1), so it is refused here,
+            // wherever it sits in the attributes.
+            if (auto where = integerOutOfRange(attrs, path + "/attrs")) {
+                fail(*where, who + ": integer out of range (attributes hold 64-bit signed integers; write a large constant as a rational string)");
+                continue;
+            }
             info.attrs = plan_->internAttrs(attrs);
             std::int64_t mb = -1;
             if (intMember(o, "microbatch", path, mb, false, 0, listedMicrobatches() - 1)) info.microbatch = static_cast<std::int32_t>(mb);
@@ -891,25 +938,49 @@ PlanLoadResult readPlanText(const std::string& text) {
     }
     json doc;
     // Plans nest a few levels; a file nested thousands deep would overflow the stack of every
-    // recursive copy and comparison of the document later.
-    struct TooDeep {};
+    // recursive copy and comparison of the document later. The depth is found by one pass over
+    // the text before parsing (a parser callback would do it too, but nlohmann's callback parser
+    // rescans a container after each of its members ends: quadratic in a long array).
     constexpr int kMaxDepth = 256;
-    json::parser_callback_t depthCheck = [](int depth, json::parse_event_t, json&) {
-        if (depth > kMaxDepth) throw TooDeep{};
-        return true;
-    };
+    {
+        int depth = 0;
+        bool inString = false, escaped = false;
+        for (const char c : text) {
+            if (inString) {
+                if (escaped) escaped = false;
+                else if (c == '\\') escaped = true;
+                else if (c == '"') inString = false;
+                continue;
+            }
+            if (c == '"') inString = true;
+            else if (c == '[' || c == '{') {
+                if (++depth > kMaxDepth) {
+                    PlanLoadResult r;
+                    r.problems.push_back({"", "the JSON nests deeper than " + std::to_string(kMaxDepth) + " levels; a plan file needs a handful"});
+                    return r;
+                }
+            } else if (c == ']' || c == '}') {
+                --depth;
+            }
+        }
+    }
     try {
-        doc = json::parse(text, depthCheck, true, false);
-    } catch (const TooDeep&) {
-        PlanLoadResult r;
-        r.problems.push_back({"", "the JSON nests deeper than " + std::to_string(kMaxDepth) + " levels; a plan file needs a handful"});
-        return r;
+        doc = json::parse(text, nullptr, true, false);
     } catch (const json::parse_error& e) {
         PlanLoadResult r;
         std::string what = e.what();
         if (auto p = what.find("parse error"); p != std::string::npos) what = what.substr(p);
         if (auto p = what.find(" - "); p != std::string::npos) what = what.substr(p + 3);
-        r.problems.push_back({"", "malformed JSON at " + lineColumn(text, e.byte ? e.byte - 1 : 0) + ": " + what});
+        r.problems.push_back({"", printableMessage("malformed JSON at " + lineColumn(text, e.byte ? e.byte - 1 : 0) + ": " + what)});
+        return r;
+    } catch (const json::exception& e) {
+        // A number past what a double holds (1e400) and the library's other refusals: its text
+        // without the library's tag, as a problem of the file.
+        PlanLoadResult r;
+        std::string what = e.what();
+        if (auto p = what.find("] "); p != std::string::npos && what.rfind("[json.exception", 0) == 0) what = what.substr(p + 2);
+        if (what.rfind("number overflow parsing", 0) == 0) what = "a number is out of range (" + what.substr(std::string("number overflow parsing ").size()) + ")";
+        r.problems.push_back({"", printableMessage("malformed JSON: " + what)});
         return r;
     }
     return readPlanJson(doc);

@@ -92,16 +92,28 @@ void renameEntry(json& e, const Rename& rename, std::int64_t rankShift) {
     }
 }
 
-/// The bytes of all strings in a value (iteratively: no recursion on the file's nesting).
-std::size_t stringBytes(const json& v) {
+/// What a value costs in memory, about: the bytes of its strings and keys, and a node's size for
+/// every value (a number or an empty array costs as much as a short string). Iterative: no
+/// recursion on the file's nesting. Counting strings alone let a repeated entry carrying a
+/// 500,000-number array, or one nested 250 deep, write out gigabytes.
+std::size_t footprint(const json& v) {
+    constexpr std::size_t kNode = 48;  // a json value, its allocation and its container slot
     std::size_t n = 0;
     std::vector<const json*> todo{&v};
     while (!todo.empty()) {
         const json* x = todo.back();
         todo.pop_back();
-        if (x->is_string()) n += x->get_ref<const std::string&>().size();
-        else if (x->is_array() || x->is_object())
+        n += kNode;
+        if (x->is_string()) {
+            n += x->get_ref<const std::string&>().size();
+        } else if (x->is_object()) {
+            for (auto it = x->begin(); it != x->end(); ++it) {
+                n += it.key().size() + kNode;
+                todo.push_back(&it.value());
+            }
+        } else if (x->is_array()) {
             for (const auto& c : *x) todo.push_back(&c);
+        }
     }
     return n;
 }
@@ -224,20 +236,24 @@ RepeatExpansion expandRepeats(const json& doc) {
             if (!ok) continue;
             total += static_cast<std::size_t>(count);
             if (total > kMaxExpandedEntries) break;
-            // Renames can grow names with every repeat that copies a copy: bound the bytes too,
-            // before copying (a renamed string grows at most by the largest value/key ratio).
+            // Bound the memory the copies take before copying: renames can grow names with every
+            // repeat that copies a copy (a renamed string grows at most by the largest value/key
+            // ratio), and an entry can carry any amount of numbers and nesting.
             std::size_t growth = 1;
             for (const auto& [k, v] : pairs) growth = std::max(growth, (v.size() + k.size() - 1) / k.size());
             Rename rename(std::move(pairs));
+            std::size_t need = 0;  // the whole repeat, before any of it is copied
+            for (std::int64_t t = from; t < from + count && bytes + need <= kMaxExpandedBytes; ++t)
+                need += footprint(out[static_cast<std::size_t>(t)]) * growth;
+            if (bytes + need > kMaxExpandedBytes) {
+                fail(path, "the repeats write out more than " + std::to_string(kMaxExpandedBytes >> 20) + " MiB of entries");
+                return r;
+            }
             for (std::int64_t t = from; t < from + count; ++t) {
                 const auto& source = out[static_cast<std::size_t>(t)];
-                if (bytes + stringBytes(source) * growth > kMaxExpandedBytes) {
-                    fail(path, "the repeats write out more than " + std::to_string(kMaxExpandedBytes >> 20) + " MiB of names");
-                    return r;
-                }
                 json copy = source;
                 renameEntry(copy, rename, shift);
-                bytes += stringBytes(copy);
+                bytes += footprint(copy);
                 out.push_back(std::move(copy));
                 origins.push_back({path, t});
             }

@@ -64,7 +64,8 @@ struct RepeatExpansion {
 
 /// At most this many entries, summed over all arrays, once the repeats are written out.
 inline constexpr std::size_t kMaxExpandedEntries = std::size_t(1) << 22;
-/// At most this many bytes of strings in the entries repeats write out.
+/// At most this much memory (about: strings, keys and 48 bytes a value) in the entries repeats
+/// write out.
 inline constexpr std::size_t kMaxExpandedBytes = std::size_t(1) << 30;
 
 /// The arrays that may hold repeats, as JSON pointers, and whether their entries carry ranks.

@@ -83,18 +83,36 @@ std::optional<Rational> Rational::parse(std::string_view s) {
         }
         std::string digits;
         if (auto dot = mant.find('.'); dot != std::string_view::npos) {
-            digits = std::string(mant.substr(0, dot)) + std::string(mant.substr(dot + 1));
-            exp10 -= static_cast<int>(mant.size() - dot - 1);
+            // Trailing zeros of the fraction change nothing ("1.50" is 1.5): dropped before the
+            // digits are read, so that a long run of them does not exceed the mantissa's range.
+            auto frac = mant.substr(dot + 1);
+            while (!frac.empty() && frac.back() == '0') frac.remove_suffix(1);
+            digits = std::string(mant.substr(0, dot)) + std::string(frac);
+            exp10 -= static_cast<int>(frac.size());
             if (mant.substr(0, dot) == "-" || mant.substr(0, dot) == "+" || mant.substr(0, dot).empty())
-                digits = std::string(mant.substr(0, dot)) + "0" + std::string(mant.substr(dot + 1));
+                digits = std::string(mant.substr(0, dot)) + "0" + std::string(frac);
         } else {
             digits = std::string(mant);
         }
         i128 n = 0;
         if (!parseInt(digits, n)) return std::nullopt;
+        // Scaled by 10^exp10 with every step checked (a mantissa of 2^100 times 10^30 does not fit
+        // in 128 bits, and wrapping would read another number: such a value is refused); trailing
+        // zeros of a fraction are divided out first.
+        constexpr i128 limit = static_cast<i128>(1) << 120;
         i128 d = 1;
-        while (exp10 > 0) { n *= 10; --exp10; }
-        while (exp10 < 0) { d *= 10; ++exp10; }
+        while (exp10 < 0 && n % 10 == 0 && n != 0) { n /= 10; ++exp10; }
+        if (n == 0) exp10 = 0;
+        while (exp10 > 0) {
+            if (n > limit / 10 || n < -limit / 10) return std::nullopt;
+            n *= 10;
+            --exp10;
+        }
+        while (exp10 < 0) {
+            if (d > limit / 10) return std::nullopt;
+            d *= 10;
+            ++exp10;
+        }
         return fromWide(n, d);
     } catch (const std::exception&) {
         return std::nullopt;

@@ -64,6 +64,8 @@ bool attrBool(const json& a, const char* key, bool def = false) {
     return it != a.end() && it->is_boolean() ? it->get<bool>() : def;
 }
 std::optional<Rational> ratOf(const json& v) {
+    // An unsigned number above INT64_MAX would wrap to a negative one: refused.
+    if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX)) return std::nullopt;
     if (v.is_number_integer()) return Rational(v.get<std::int64_t>());
     if (v.is_number_float()) return Rational::parse(v.dump());
     if (v.is_string()) return Rational::parse(v.get<std::string>());

@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <cfloat>
+#include <new>
 #include <cmath>
 #include <random>
 #include <chrono>
@@ -1479,6 +1480,8 @@ StageResult checkStage(const Plan& plan, const Stage& stage, const CheckOptions&
         r = checker.run();
     } catch (const z3::exception& e) {
         r = inconclusiveResult(stage, std::string("the solver stopped: ") + e.msg());
+    } catch (const std::bad_alloc&) {
+        r = inconclusiveResult(stage, "out of memory while checking the stage");
     } catch (const std::exception& e) {
         r = inconclusiveResult(stage, std::string("internal error while checking the stage: ") + e.what());
     }

@@ -1,4 +1,5 @@
 #include "verify/verifier.hpp"
+#include "model/text.hpp"
 
 #include <sys/resource.h>
 
@@ -482,7 +483,7 @@ std::string reportToText(const VerifyReport& r, bool withStats) {
         os << "  tensor elements: " << full << " full, " << red << " after shape reduction\n";
         os << "  peak memory: " << peakMemoryKb() / 1024 << " MiB\n";
     }
-    return os.str();
+    return printable(os.str());  // names from the plan never drive the terminal
 }
 
 }  // namespace tv
