@@ -1,5 +1,11 @@
 // trainverify: the command line. Verifies a plan headless (for CI), or inspects it.
+#include <atomic>
 #include <cerrno>
+#include <csignal>
+#include <functional>
+#include <thread>
+#include <pthread.h>
+#include <unistd.h>
 #include <chrono>
 #include <cstdio>
 #include <new>
@@ -95,6 +101,74 @@ Exit codes: 0 equivalent, 1 not equivalent, 2 inconclusive, 3 invalid input or u
 (mutate: 0 written, and with --verify caught where expected; 1 with --verify, missed or
 misplaced; 3 invalid input, usage, or a bug the plan has no site for).
 )";
+
+/// Ctrl-C (SIGINT) and SIGTERM during a verification. Z3 installs its own SIGINT handler for the
+/// length of a solver call, which only flags that one call, so the signals are blocked in every
+/// thread (the mask is set before the verifier starts its workers, which inherit it) and taken by
+/// one thread of ours with sigtimedwait. The first cancels the run: unstarted stages are skipped,
+/// running contexts interrupted, and the report says INCONCLUSIVE with what was proven. If the run
+/// has not ended two seconds later (a solver call that ignores interrupts), or on a second signal,
+/// the process ends at once: a line saying how far it got, exit 2.
+class InterruptGuard {
+public:
+    InterruptGuard(std::function<void()> cancel, std::function<std::string()> progress)
+        : cancel_(std::move(cancel)), progress_(std::move(progress)) {
+        sigemptyset(&set_);
+        sigaddset(&set_, SIGINT);
+        sigaddset(&set_, SIGTERM);
+        pthread_sigmask(SIG_BLOCK, &set_, &old_);
+        thread_ = std::thread([this] { watch(); });
+    }
+    ~InterruptGuard() {
+        finished_ = true;
+        thread_.join();
+        pthread_sigmask(SIG_SETMASK, &old_, nullptr);  // a signal still pending ends the process as usual
+    }
+    InterruptGuard(const InterruptGuard&) = delete;
+    InterruptGuard& operator=(const InterruptGuard&) = delete;
+
+private:
+    void watch() {
+        bool cancelled = false;
+        auto deadline = std::chrono::steady_clock::time_point::max();
+        while (!finished_) {
+            timespec wait{0, 100'000'000};
+            const int sig = sigtimedwait(&set_, nullptr, &wait);
+            if (sig > 0 && !cancelled) {
+                cancelled = true;
+                std::fprintf(stderr, "trainverify: %s: stopping the run (again to stop at once)\n", sig == SIGINT ? "interrupted" : "terminated");
+                cancel_();
+                deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+            } else if (sig > 0 || (cancelled && !finished_ && std::chrono::steady_clock::now() > deadline)) {
+                std::printf("INCONCLUSIVE: stopped by a signal; %s; %s\n", progress_().c_str(),
+                            sig > 0 ? "stopped at once on a second signal" : "a solver call did not stop within 2 s of the cancel");
+                std::fflush(stdout);
+                std::_Exit(2);
+            }
+        }
+    }
+    std::function<void()> cancel_;
+    std::function<std::string()> progress_;
+    sigset_t set_{}, old_{};
+    std::atomic<bool> finished_{false};
+    std::thread thread_;
+};
+
+/// Verifies with Ctrl-C and SIGTERM taken as a cancel (InterruptGuard).
+tv::VerifyReport verifyInterruptibly(const tv::Plan& plan, tv::VerifyOptions opts) {
+    std::atomic<std::uint32_t> proven{0}, failed{0};
+    auto previous = opts.onStageDone;
+    opts.onStageDone = [&, previous](const tv::StageResult& r) {
+        if (r.status == tv::StageStatus::Equivalent) ++proven;
+        else if (r.status == tv::StageStatus::Failed) ++failed;
+        if (previous) previous(r);
+    };
+    tv::VerificationRun run(plan, opts);
+    InterruptGuard guard([&run] { run.cancel(); }, [&] {
+        return std::to_string(proven.load()) + " stages proven and " + std::to_string(failed.load()) + " failed before it";
+    });
+    return run.run();
+}
 
 int usageError(const std::string& msg) {
     std::fprintf(stderr, "trainverify: %s\n(see trainverify --help)\n", tv::printableMessage(msg).c_str());
@@ -199,7 +273,7 @@ int cmdVerify(const std::vector<std::string>& args) {
     tv::nnscaler::PairLoad mapped;
     auto loaded = pair ? importNnScaler(logicalPath, parallelPath, mapped) : load(path);
     if (pair) path = parallelPath;
-    tv::VerifyReport report = loaded.plan ? tv::verifyPlan(*loaded.plan, opts) : std::move(loaded.invalid);
+    tv::VerifyReport report = loaded.plan ? verifyInterruptibly(*loaded.plan, opts) : std::move(loaded.invalid);
     report.timing.load = loaded.seconds;
     report.timing.total += loaded.seconds;
     if (pair) tv::nnscaler::applyMappingLimits(mapped, report);
