@@ -99,6 +99,8 @@ private slots:
             "/parallel/ops/13/attrs/lr", "integer out of range");
         row("nested attribute integer past 64 bits", tp, [](json& j) { j["parallel"]["ops"][13]["attrs"]["extra"] = json::array({1, std::uint64_t{9223372036854775808u}}); },
             "/parallel/ops/13/attrs/extra/1", "integer out of range");
+        row("dim past 64 bits", tp, [](json& j) { j["logical"]["tensors"][0]["shape"][0] = std::uint64_t{18446744073709551615u}; },
+            "/logical/tensors/0/shape/0", "integer out of range");
         row("rational attribute past 64 bits", tp, [](json& j) { j["parallel"]["ops"][13]["attrs"]["lr"] = "154072529997519064519792581785e30"; },
             "/parallel/ops/13", "must be a number or a rational string");
         row("lineage coefficient past 64 bits", tp, [](json& j) { j["lineage"].back()["slices"][0]["copies"][0][0] = json{{"tensor", j["lineage"].back()["slices"][0]["copies"][0][0]}, {"coeff", "154072529997519064519792581785e30"}}; },
@@ -164,7 +166,7 @@ private slots:
         row("lineage shape", tp, [](json& j) { j["lineage"][0]["slices"][0]["copies"][0][0] = "logits@r0"; }, "/lineage/0/slices/0/copies/0/0", "has shape [8, 4], but the slice");
         row("lineage dangling", tp, [](json& j) { j["lineage"][0]["logical"] = "nope"; }, "/lineage/0/logical", "dangling logical tensor id");
         row("lineage bad coeff", dp, [](json& j) { j["lineage"][8]["slices"][0]["copies"][0][0]["coeff"] = "1/0"; }, "/lineage/8/slices/0/copies/0/0/coeff", "coeff must be");
-        row("coefficient past 64 bits", dp, [](json& j) { j["lineage"][8]["slices"][0]["copies"][0][0]["coeff"] = std::uint64_t(18446744073709551615ull); }, "/lineage/8/slices/0/copies/0/0/coeff", "coeff must be");
+        row("coefficient past 64 bits", dp, [](json& j) { j["lineage"][8]["slices"][0]["copies"][0][0]["coeff"] = std::uint64_t(18446744073709551615ull); }, "/lineage/8/slices/0/copies/0/0/coeff", "integer out of range");
         row("int lineage with coefficient", dp, [](json& j) { j["lineage"][1]["slices"][0]["copies"][0][0] = json{{"tensor", "labels@r0"}, {"coeff", "2"}}; }, "/lineage/1/slices/0/copies/0", "single tensors with coefficient 1");
         row("parallel tensor in two records", tp, [](json& j) { j["lineage"][0]["slices"][0]["copies"].push_back(json::array({"x@r0"})); }, "/lineage/0/slices/0/copies/2/0", "already appears");
         row("not an object", tp, [](json& j) { j = json::array(); }, "", "must hold a JSON object");
@@ -181,6 +183,8 @@ private slots:
         row("unknown role", tp, [](json& j) { j["logical"]["tensors"][0]["role"] = "data"; }, "/logical/tensors/0/role", "unknown role");
         // Version 3: repeated blocks stored once (docs/plan-format.md §8).
         const char* rs = kRepeats;
+        row("repeat shift past 64 bits", rs, [](json& j) { (*firstRepeat(j, "/parallel/ops", true))["repeat"]["rank_shift"] = std::uint64_t{18446744073709551615u}; },
+            "/parallel/ops/", "integer out of range");
         row("repeat needs version 3", rs, [](json& j) { j["version"] = 2; }, "/", "repeat entries need \"version\": 3");
         row("repeat from past the entries written", rs, [](json& j) { (*firstRepeat(j, "/parallel/ops"))["repeat"]["from"] = 999999; },
             "/parallel/ops/", "\"from\" is 999999, must be in [0, ");

@@ -398,13 +398,6 @@ private:
                     fail(path + "/phase", who + ": unknown phase \"" + ph->get<std::string>() + "\" (forward, backward, optimizer, communication)");
             json attrs = json::object();
             if (auto* a = objectMember(o, "attrs", path, false)) attrs = *a;
-            // Attributes are read as 64-bit integers and exact rationals: an integer past that
-            // range would wrap to another value (2^64 - 1 read as -1), so it is refused here,
-            // wherever it sits in the attributes.
-            if (auto where = integerOutOfRange(attrs, path + "/attrs")) {
-                fail(*where, who + ": integer out of range (attributes hold 64-bit signed integers; write a large constant as a rational string)");
-                continue;
-            }
             info.attrs = plan_->internAttrs(attrs);
             std::int64_t mb = -1;
             if (intMember(o, "microbatch", path, mb, false, 0, listedMicrobatches() - 1)) info.microbatch = static_cast<std::int32_t>(mb);
@@ -901,6 +894,15 @@ std::string lineColumn(const std::string& text, std::size_t byte) {
 }  // namespace
 
 PlanLoadResult readPlanJson(const json& doc) {
+    // Every integer of a plan (dims, ranks, indices, attributes, repeat counts and shifts) is read
+    // as 64-bit signed: one past that range would wrap to another value (2^64 - 1 read as -1, a
+    // valid rank shift or constant), so the whole document is checked once, before anything reads it.
+    if (auto where = integerOutOfRange(doc, "")) {
+        PlanLoadResult r;
+        r.problems.push_back({printable(shortened(*where, 240)),
+                              "integer out of range (a plan holds 64-bit signed integers; write a large constant as a rational string)"});
+        return r;
+    }
     std::int64_t version = 0;
     if (doc.is_object())
         if (auto it = doc.find("version"); it != doc.end() && it->is_number_integer()) version = it->get<std::int64_t>();
