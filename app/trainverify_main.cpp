@@ -5,6 +5,9 @@
 #include <functional>
 #include <thread>
 #include <pthread.h>
+#include <malloc.h>
+#include <sys/resource.h>
+#include <cinttypes>
 #include <unistd.h>
 #include <chrono>
 #include <cstdio>
@@ -29,6 +32,7 @@
 #include "ops/registry.hpp"
 #include "verify/oracle.hpp"
 #include "verify/report_html.hpp"
+#include "verify/solver_process.hpp"
 #include "verify/verifier.hpp"
 
 namespace {
@@ -36,7 +40,7 @@ namespace {
 constexpr const char* kUsage = R"(trainverify - proves a distributed training plan computes what the single-device step computes
 
 Usage:
-  trainverify verify PLAN.json [--jobs N] [--timeout SECONDS] [--json REPORT.json|-] [--html REPORT.html] [--stats] [--no-reduce] [--no-reuse]
+  trainverify verify PLAN.json [--jobs N] [--timeout SECONDS] [--memory MIB] [--json REPORT.json|-] [--html REPORT.html] [--stats] [--no-reduce] [--no-reuse]
   trainverify verify --logical Gs.pkl --parallel Gp.pkl [same options]
   trainverify convert --logical Gs.pkl --parallel Gp.pkl -o PLAN.json
   trainverify inspect PLAN.json|PLAN.pkl [--json]
@@ -44,7 +48,7 @@ Usage:
                        [--schedule 1f1b|gpipe] [--layers N] [--global-batch N] [--optimizer adamw|sgd]
                        [--hidden N] [--heads N] [--kv-heads N] [--ffn N] [--vocab N] [--seq N]
                        [--clip-grad NORM] [--format 1|2|3] [--verify] -o PLAN.json
-  trainverify mutate PLAN.json --bug KIND [--at OP] [--rank R] -o BUGGY.json [--verify [--jobs N] [--json FILE|-]]
+  trainverify mutate PLAN.json --bug KIND [--at OP] [--rank R] -o BUGGY.json [--verify [--jobs N] [--timeout S] [--json FILE|-]]
   trainverify mutate PLAN.json --bug KIND --sites
   trainverify mutate --list [--json FILE|-]
   trainverify oracle PLAN.json [--seed N] [--trials N] [--max-elements N] [--json]
@@ -52,10 +56,18 @@ Usage:
   trainverify --help | --version
 
 verify   Cuts the plan into stages from its lineage, reduces shapes, checks every stage with Z3
-         on N worker threads, and prints one summary line that starts with EQUIVALENT,
+         in N solver processes, and prints one summary line that starts with EQUIVALENT,
          NOT EQUIVALENT, INCONCLUSIVE or INVALID, then the diagnosis.
-           --jobs N          worker threads (default: one per hardware thread)
-           --timeout S       per-query solver timeout in seconds (default 60; 0 = none)
+           --jobs N          solver processes (default: one per hardware thread)
+           --timeout S       time budget of the whole run in seconds (default: none); at it,
+                             the run stops: INCONCLUSIVE with what was proven
+           --query-timeout S one solver query's timeout in seconds (default 60; 0 = none)
+           --stage-timeout S one stage's bound, where a query ignores its timeout
+                             (default 4 x the query timeout + 30 s)
+           --memory MIB      what this process and each solver process may allocate; a stage
+                             past it is INCONCLUSIVE (out of memory), never a crash
+           --in-process      check stages on threads of this process (no solver processes;
+                             a query that ignores its timeout cannot then be stopped)
            --json FILE       also write the JSON report to FILE ("-": standard output only)
            --html FILE       also write the report as one self-contained HTML page
            --stats           print time per phase, stages per second and peak memory
@@ -102,60 +114,111 @@ Exit codes: 0 equivalent, 1 not equivalent, 2 inconclusive, 3 invalid input or u
 misplaced; 3 invalid input, usage, or a bug the plan has no site for).
 )";
 
-/// Ctrl-C (SIGINT) and SIGTERM during a verification. Z3 installs its own SIGINT handler for the
-/// length of a solver call, which only flags that one call, so the signals are blocked in every
-/// thread (the mask is set before the verifier starts its workers, which inherit it) and taken by
-/// one thread of ours with sigtimedwait. The first cancels the run: unstarted stages are skipped,
-/// running contexts interrupted, and the report says INCONCLUSIVE with what was proven. If the run
-/// has not ended two seconds later (a solver call that ignores interrupts), or on a second signal,
-/// the process ends at once: a line saying how far it got, exit 2.
-class InterruptGuard {
+/// Ctrl-C (SIGINT), SIGTERM and the time budget of a verify command. Z3 installs its own SIGINT
+/// handler for the length of a solver call, which only flags that one call, so the signals are
+/// blocked in every thread (the mask is set before the verifier starts its workers, which inherit
+/// it) and taken by one thread of ours with sigtimedwait. The guard starts before the plan is read.
+/// The first signal cancels the run (attached with attach()): unstarted stages are skipped, solver
+/// processes killed, running contexts interrupted, and the report says INCONCLUSIVE with what was
+/// proven. The budget is the run's own (VerifyOptions::runSeconds); the guard is its last resort.
+/// If the run has not ended two seconds after a signal or after the budget (a solver call on a
+/// thread that ignores interrupts, or a plan still being read), or on a second signal, the process
+/// ends at once: a line saying how far it got, exit 2.
+class RunGuard {
 public:
-    InterruptGuard(std::function<void()> cancel, std::function<std::string()> progress)
-        : cancel_(std::move(cancel)), progress_(std::move(progress)) {
+    explicit RunGuard(double budgetSeconds) {
+        if (budgetSeconds > 0)
+            budgetEnd_ = std::chrono::steady_clock::now() +
+                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(budgetSeconds));
+        budget_ = budgetSeconds;
         sigemptyset(&set_);
         sigaddset(&set_, SIGINT);
         sigaddset(&set_, SIGTERM);
         pthread_sigmask(SIG_BLOCK, &set_, &old_);
         thread_ = std::thread([this] { watch(); });
     }
-    ~InterruptGuard() {
+    ~RunGuard() {
         finished_ = true;
         thread_.join();
         pthread_sigmask(SIG_SETMASK, &old_, nullptr);  // a signal still pending ends the process as usual
     }
-    InterruptGuard(const InterruptGuard&) = delete;
-    InterruptGuard& operator=(const InterruptGuard&) = delete;
+    RunGuard(const RunGuard&) = delete;
+    RunGuard& operator=(const RunGuard&) = delete;
+
+    /// What a signal cancels, and the progress the last-resort line reports.
+    void attach(std::function<void()> cancel, std::function<std::string()> progress) {
+        std::lock_guard lock(mutex_);
+        cancel_ = std::move(cancel);
+        progress_ = std::move(progress);
+        if (pendingCancel_ && cancel_) cancel_();
+    }
+    void detach() {
+        std::lock_guard lock(mutex_);
+        cancel_ = nullptr;
+        progress_ = nullptr;
+    }
+    /// Seconds left of the budget (0: no budget; at least a millisecond while one is set).
+    double secondsLeft() const {
+        if (budget_ <= 0) return 0;
+        return std::max(0.001, std::chrono::duration<double>(budgetEnd_ - std::chrono::steady_clock::now()).count());
+    }
 
 private:
     void watch() {
-        bool cancelled = false;
-        auto deadline = std::chrono::steady_clock::time_point::max();
+        using Clock = std::chrono::steady_clock;
+        bool signalled = false;
+        auto hardEnd = Clock::time_point::max();
+        std::string why;
         while (!finished_) {
-            timespec wait{0, 100'000'000};
+            timespec wait{0, 50'000'000};
             const int sig = sigtimedwait(&set_, nullptr, &wait);
-            if (sig > 0 && !cancelled) {
-                cancelled = true;
+            const auto now = Clock::now();
+            if (sig > 0 && !signalled) {
+                signalled = true;
                 std::fprintf(stderr, "trainverify: %s: stopping the run (again to stop at once)\n", sig == SIGINT ? "interrupted" : "terminated");
-                cancel_();
-                deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-            } else if (sig > 0 || (cancelled && !finished_ && std::chrono::steady_clock::now() > deadline)) {
-                std::printf("INCONCLUSIVE: stopped by a signal; %s; %s\n", progress_().c_str(),
-                            sig > 0 ? "stopped at once on a second signal" : "a solver call did not stop within 2 s of the cancel");
-                std::fflush(stdout);
-                std::_Exit(2);
+                why = "stopped by a signal";
+                std::lock_guard lock(mutex_);
+                if (cancel_) cancel_();
+                else pendingCancel_ = true;
+                hardEnd = std::min(hardEnd, now + std::chrono::seconds(2));
+            } else if (sig > 0) {
+                end(why + "; stopped at once on a second signal");
             }
+            if (budget_ > 0 && now >= budgetEnd_ && hardEnd == Clock::time_point::max()) {
+                // The run stops itself at its budget; this is the last resort if it does not.
+                if (why.empty()) {
+                    char text[80];
+                    std::snprintf(text, sizeof text, "reached the time budget of %g s", budget_);
+                    why = text;
+                }
+                hardEnd = now + std::chrono::seconds(2);
+            }
+            if (!finished_ && now > hardEnd) end(why + "; the run did not stop within 2 s");
         }
     }
+    [[noreturn]] void end(const std::string& why) {
+        std::string progress;
+        {
+            std::lock_guard lock(mutex_);
+            progress = progress_ ? progress_() : "while reading the plan";
+        }
+        std::printf("INCONCLUSIVE: %s; %s\n", why.c_str(), progress.c_str());
+        std::fflush(stdout);
+        std::_Exit(2);
+    }
+    std::mutex mutex_;
     std::function<void()> cancel_;
     std::function<std::string()> progress_;
+    bool pendingCancel_ = false;
+    double budget_ = 0;
+    std::chrono::steady_clock::time_point budgetEnd_{};
     sigset_t set_{}, old_{};
     std::atomic<bool> finished_{false};
     std::thread thread_;
 };
 
-/// Verifies with Ctrl-C and SIGTERM taken as a cancel (InterruptGuard).
-tv::VerifyReport verifyInterruptibly(const tv::Plan& plan, tv::VerifyOptions opts) {
+/// Verifies under the guard: a signal cancels the run; the budget left is the run's own.
+tv::VerifyReport verifyGuarded(const tv::Plan& plan, tv::VerifyOptions opts, RunGuard& guard) {
     std::atomic<std::uint32_t> proven{0}, failed{0};
     auto previous = opts.onStageDone;
     opts.onStageDone = [&, previous](const tv::StageResult& r) {
@@ -163,12 +226,18 @@ tv::VerifyReport verifyInterruptibly(const tv::Plan& plan, tv::VerifyOptions opt
         else if (r.status == tv::StageStatus::Failed) ++failed;
         if (previous) previous(r);
     };
+    if (opts.runSeconds > 0) opts.budgetSpent = std::max(0.0, opts.runSeconds - guard.secondsLeft());
     tv::VerificationRun run(plan, opts);
-    InterruptGuard guard([&run] { run.cancel(); }, [&] {
+    guard.attach([&run] { run.cancel(); }, [&] {
         return std::to_string(proven.load()) + " stages proven and " + std::to_string(failed.load()) + " failed before it";
     });
-    return run.run();
+    auto report = run.run();
+    guard.detach();
+    return report;
 }
+
+/// The run options verify and mutate --verify share; returns false (and the message) on a bad one.
+bool parseRunOption(const std::vector<std::string>& args, std::size_t& i, tv::VerifyOptions& opts, bool& matched, std::string& error);
 
 int usageError(const std::string& msg) {
     std::fprintf(stderr, "trainverify: %s\n(see trainverify --help)\n", tv::printableMessage(msg).c_str());
@@ -217,9 +286,64 @@ bool parseUnsigned(const std::string& s, double& out) {
 
 bool writeOutput(const std::string& path, const std::string& text);
 
+bool parseRunOption(const std::vector<std::string>& args, std::size_t& i, tv::VerifyOptions& opts, bool& matched, std::string& error) {
+    const auto& a = args[i];
+    matched = a == "--jobs" || a == "--timeout" || a == "--query-timeout" || a == "--stage-timeout" || a == "--memory" || a == "--in-process";
+    if (!matched) return true;
+    if (a == "--in-process") {
+        opts.isolate = false;
+        return true;
+    }
+    double n = 0;
+    if (i + 1 >= args.size() || !parseUnsigned(args[i + 1], n)) {
+        error = a + (a == "--memory" ? " needs a number of MiB" : a == "--jobs" ? " needs a whole number from 1 to 1024" : " needs a number of seconds");
+        return false;
+    }
+    ++i;
+    if (a == "--jobs") {
+        if (n < 1 || n > 1024 || n != static_cast<unsigned>(n)) {
+            error = "--jobs needs a whole number from 1 to 1024";
+            return false;
+        }
+        opts.jobs = static_cast<unsigned>(n);
+    } else if (a == "--timeout") {
+        opts.runSeconds = n;
+    } else if (a == "--query-timeout") {
+        opts.check.timeoutMs = static_cast<unsigned>(n * 1000);
+    } else if (a == "--stage-timeout") {
+        opts.stageSeconds = n;
+    } else {
+        if (n < 16 || n != static_cast<double>(static_cast<std::uint64_t>(n))) {
+            error = "--memory needs a whole number of MiB, at least 16";
+            return false;
+        }
+        opts.memoryMiB = static_cast<std::uint64_t>(n);
+    }
+    return true;
+}
+
+/// Limits this process to `mib` MiB beyond what it has mapped now (the solver processes set
+/// their own). One malloc arena: each thread's would reserve 64 MiB of address space.
+void limitMemory(std::uint64_t mib) {
+    if (mib == 0) return;
+    mallopt(M_ARENA_MAX, 1);
+    std::uint64_t pages = 0;
+    if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
+        if (std::fscanf(f, "%" SCNu64, &pages) != 1) pages = 0;
+        std::fclose(f);
+    }
+    rlimit r{};
+    getrlimit(RLIMIT_AS, &r);
+    const auto want = static_cast<rlim_t>(pages * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE)) + (mib << 20));
+    r.rlim_cur = r.rlim_max == RLIM_INFINITY ? want : std::min<rlim_t>(want, r.rlim_max);
+    setrlimit(RLIMIT_AS, &r);
+}
+
+
 int cmdVerify(const std::vector<std::string>& args) {
     std::string path, jsonOut, htmlOut, logicalPath, parallelPath;
     tv::VerifyOptions opts;
+    opts.isolate = true;
     bool stats = false;
     for (std::size_t i = 0; i < args.size(); ++i) {
         const auto& a = args[i];
@@ -228,17 +352,11 @@ int cmdVerify(const std::vector<std::string>& args) {
             (void)name;
             return &args[++i];
         };
-        if (a == "--jobs") {
-            auto* v = value("--jobs");
-            double n = 0;
-            if (!v || !parseUnsigned(*v, n) || n < 1 || n > 1024 || n != static_cast<unsigned>(n)) return usageError("--jobs needs a whole number from 1 to 1024");
-            opts.jobs = static_cast<unsigned>(n);
-        } else if (a == "--timeout") {
-            auto* v = value("--timeout");
-            double s = 0;
-            if (!v || !parseUnsigned(*v, s)) return usageError("--timeout needs a number of seconds");
-            opts.check.timeoutMs = static_cast<unsigned>(s * 1000);
-        } else if (a == "--json") {
+        bool run = false;
+        std::string error;
+        if (!parseRunOption(args, i, opts, run, error)) return usageError(error);
+        if (run) {
+            continue;        } else if (a == "--json") {
             auto* v = value("--json");
             if (!v) return usageError("--json needs a file name or -");
             jsonOut = *v;
@@ -270,10 +388,12 @@ int cmdVerify(const std::vector<std::string>& args) {
     if (pair && (logicalPath.empty() || parallelPath.empty())) return usageError("--logical and --parallel go together");
     if (pair && !path.empty()) return usageError("verify takes a plan file or --logical and --parallel, not both");
     if (!pair && path.empty()) return usageError("verify needs a plan file (or --logical Gs.pkl --parallel Gp.pkl)");
+    limitMemory(opts.memoryMiB);
+    RunGuard guard(opts.runSeconds);
     tv::nnscaler::PairLoad mapped;
     auto loaded = pair ? importNnScaler(logicalPath, parallelPath, mapped) : load(path);
     if (pair) path = parallelPath;
-    tv::VerifyReport report = loaded.plan ? verifyInterruptibly(*loaded.plan, opts) : std::move(loaded.invalid);
+    tv::VerifyReport report = loaded.plan ? verifyGuarded(*loaded.plan, opts, guard) : std::move(loaded.invalid);
     report.timing.load = loaded.seconds;
     report.timing.total += loaded.seconds;
     if (pair) tv::nnscaler::applyMappingLimits(mapped, report);
@@ -652,6 +772,9 @@ int cmdMutate(const std::vector<std::string>& args) {
     tv::bugs::MutateOptions mo;
     bool list = false, listSites = false, verifyAfter = false;
     tv::VerifyOptions vo;
+    vo.isolate = true;
+    bool runOption = false;
+    std::string runError;
     for (std::size_t i = 0; i < args.size(); ++i) {
         const auto& a = args[i];
         auto value = [&]() -> const std::string* { return i + 1 < args.size() ? &args[++i] : nullptr; };
@@ -670,11 +793,8 @@ int cmdMutate(const std::vector<std::string>& args) {
             std::int64_t r = 0;
             if (!v || !parseCount(*v, r) || r > (1 << 24)) return usageError("--rank needs a rank number");
             mo.rank = static_cast<std::int32_t>(r);
-        } else if (a == "--jobs") {
-            auto* v = value();
-            double n = 0;
-            if (!v || !parseUnsigned(*v, n) || n < 1 || n > 1024 || n != static_cast<unsigned>(n)) return usageError("--jobs needs a whole number from 1 to 1024");
-            vo.jobs = static_cast<unsigned>(n);
+        } else if (!parseRunOption(args, i, vo, runOption, runError) || runOption) {
+            if (!runError.empty()) return usageError(runError);
         } else if (!a.empty() && a[0] == '-' && a != "-") {
             return usageError("mutate: unknown option " + a);
         } else if (path.empty()) {
@@ -752,7 +872,9 @@ int cmdMutate(const std::vector<std::string>& args) {
         std::fprintf(stderr, "note: the reader rejects the mutant, so verify reports INVALID: %s\n", m.problems.front().toString().c_str());
     if (!verifyAfter) return 0;
     auto t1 = std::chrono::steady_clock::now();
-    tv::VerifyReport report = m.plan ? tv::verifyPlan(*m.plan, vo) : tv::invalidReport(m.problems);
+    limitMemory(vo.memoryMiB);
+    RunGuard guard(vo.runSeconds);
+    tv::VerifyReport report = m.plan ? verifyGuarded(*m.plan, vo, guard) : tv::invalidReport(m.problems);
     const double verifySeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
     std::string why;
     const bool ok = tv::bugs::caught(m, report, &why);
@@ -835,6 +957,8 @@ int cmdOps() {
 }  // namespace
 
 int main(int argc, char** argv) {
+    // A solver process of a verify run (solver_process.hpp): not a command a person types.
+    if (argc == 3 && std::strcmp(argv[1], "--solver-process") == 0) return tv::solverProcessMain(std::atoi(argv[2]));
     std::vector<std::string> args(argv + 1, argv + argc);
     if (args.empty()) {
         std::fputs(kUsage, stderr);

@@ -5,10 +5,15 @@
 #include <QTimer>
 
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #include "main_window.hpp"
+#include "verify/solver_process.hpp"
 
 int main(int argc, char** argv) {
+    // A solver process of the Studio's verify run (solver_process.hpp), before anything of Qt.
+    if (argc == 3 && std::strcmp(argv[1], "--solver-process") == 0) return tv::solverProcessMain(std::atoi(argv[2]));
     QApplication app(argc, argv);
     QApplication::setApplicationName(QStringLiteral("trainverify-studio"));
     QApplication::setOrganizationName(QStringLiteral("TrainVerify"));

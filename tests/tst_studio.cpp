@@ -14,6 +14,7 @@
 
 #include <set>
 
+#include "solver_process_main.hpp"
 #include "find_model.hpp"
 #include "graph_view.hpp"
 #include "inspector.hpp"
@@ -402,5 +403,8 @@ private slots:
     }
 };
 
+#define main qtestMain
 QTEST_MAIN(TestStudio)
+#undef main
+TV_SOLVER_PROCESS_MAIN(qtestMain)
 #include "tst_studio.moc"

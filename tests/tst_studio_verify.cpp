@@ -22,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "solver_process_main.hpp"
 #include "explore/lessons.hpp"
 #include "bug_dialog.hpp"
 #include "failure_panel.hpp"
@@ -146,6 +147,45 @@ private slots:
         QVERIFY(verifyAndWait(w));
         QCOMPARE(toString(w.report()->verdict), toString(Verdict::Equivalent));
         QVERIFY(!w.report()->cancelled);
+    }
+
+    // Cancel, and closing the window, while a stage's solver call runs that honours neither its
+    // timeout nor an interrupt (tests/data/open: stage 28 of the ring-attention rewrite; here with
+    // no query timeout at all) end the run: its solver process is killed (issue 17: the Studio
+    // waited as long as Z3 did, minutes). The waits are liveness bounds, not measurements.
+    void cancelAndCloseStopAHungSolver_data() {
+        QTest::addColumn<bool>("close");
+        QTest::newRow("Cancel") << false;
+        QTest::newRow("close the window") << true;
+    }
+    void cancelAndCloseStopAHungSolver() {
+        QFETCH(bool, close);
+        auto w = std::make_unique<MainWindow>();
+        QVERIFY(openAndWait(*w, QStringLiteral(TV_SOURCE_DIR "/tests/data/open/solver-hang-ring-rewrite.json")));
+        VerifyOptions o;
+        o.jobs = 2;
+        o.isolate = true;
+        o.check.timeoutMs = 0;
+        o.stageSeconds = 3600;
+        auto hungStarted = std::make_shared<std::atomic<bool>>(false);
+        o.onStageStart = [hungStarted](std::uint32_t stage) {
+            if (stage == 28) hungStarted->store(true);
+        };
+        w->setVerifyOptions(o);
+        QSignalSpy done(w.get(), &MainWindow::verificationFinished);
+        w->verify();
+        QTRY_VERIFY_WITH_TIMEOUT(hungStarted->load(), 120000);
+        QTest::qWait(1500);  // well inside the solver call
+        QVERIFY(w->verifying());
+        if (close) {
+            w.reset();  // returns only when the run has ended
+            return;
+        }
+        actionNamed(*w, QStringLiteral("cancelVerification"))->trigger();
+        QVERIFY(done.wait(60000));
+        QVERIFY(w->report() && w->report()->cancelled);
+        QCOMPARE(toString(w->report()->verdict), toString(Verdict::Inconclusive));
+        QVERIFY(!w->verifying());
     }
 
     // After a reload, a second F5 takes every proof from the first run: nothing is solved again.
@@ -530,5 +570,8 @@ private slots:
     }
 };
 
+#define main qtestMain
 QTEST_MAIN(TestStudioVerify)
+#undef main
+TV_SOLVER_PROCESS_MAIN(qtestMain)
 #include "tst_studio_verify.moc"

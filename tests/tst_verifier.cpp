@@ -8,6 +8,7 @@
 #include <fstream>
 #include <set>
 
+#include "solver_process_main.hpp"
 #include "io/plan_json.hpp"
 #include "verify/report_html.hpp"
 #include "verify/verifier.hpp"
@@ -32,10 +33,22 @@ json loadJson(const std::string& name) {
     return json::parse(in);
 }
 
-VerifyReport verify(const Plan& p, unsigned jobs) {
+VerifyReport verify(const Plan& p, unsigned jobs, bool isolate = false, bool trace = false) {
     VerifyOptions o;
     o.jobs = jobs;
+    o.isolate = isolate;
+    o.check.keepTrace = trace;
     return verifyPlan(p, o);
+}
+
+/// A report as JSON without what depends on timing or on how the stages ran.
+nlohmann::json comparable(const VerifyReport& r) {
+    auto j = reportToJson(r);
+    j.erase("timing");
+    j.erase("jobs");
+    j.erase("solver_processes");
+    for (auto& s : j["stage_results"]) s.erase("seconds");
+    return j;
 }
 
 }  // namespace
@@ -67,8 +80,12 @@ private slots:
                  "every example explains itself");
         auto plan = loadPlan(doc);
         const auto& expect = doc["expect"];
-        auto one = verify(*plan, 1);
-        auto two = verify(*plan, 2);
+        auto one = verify(*plan, 1, false, true);
+        // Checked in solver processes, every result comes back as JSON (stageResultToJson): it
+        // must be the same report, failures, values and traces included.
+        auto two = verify(*plan, 2, true, true);
+        QVERIFY(two.isolated);
+        QCOMPARE(QString::fromStdString(comparable(two).dump(1)), QString::fromStdString(comparable(one).dump(1)));
         QCOMPARE(QString::fromStdString(std::string(toString(one.verdict))),
                  QString::fromStdString(expect["verdict"].get<std::string>()));
         // A stage counterexample the whole step never reaches is INCONCLUSIVE, and says so.
@@ -524,5 +541,8 @@ private slots:
     }
 };
 
+#define main qtestMain
 QTEST_APPLESS_MAIN(TestVerifier)
+#undef main
+TV_SOLVER_PROCESS_MAIN(qtestMain)
 #include "tst_verifier.moc"

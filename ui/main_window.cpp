@@ -615,7 +615,7 @@ void MainWindow::verify() {
 void MainWindow::cancelVerification() {
     if (!verifying()) return;
     verifier_->cancel();
-    statusBar()->showMessage(tr("Cancelling: the stages being solved stop at the solver's next checkpoint..."));
+    statusBar()->showMessage(tr("Cancelling: the solver processes are being stopped..."));
 }
 
 void MainWindow::onStagesUpdated(quint64 run, const QVector<StageUpdate>& updates) {

@@ -195,7 +195,12 @@ private:
     QAction* cancelAction_ = nullptr;
     QAction* exportJsonAction_ = nullptr;
     QAction* exportHtmlAction_ = nullptr;
-    VerifyOptions verifyOptions_;
+    /// Stages are checked in solver processes, so Cancel and closing the window stop them for certain.
+    VerifyOptions verifyOptions_ = [] {
+        VerifyOptions o;
+        o.isolate = true;
+        return o;
+    }();
     quint64 verifyRun_ = 0;        ///< the run whose results the board shows
     std::shared_ptr<const VerifyReport> report_;
     /// Marks that are not the failure's, kept by op (not by view node, which a re-layout renumbers):

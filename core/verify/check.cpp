@@ -1452,6 +1452,46 @@ private:
 
 }  // namespace
 
+nlohmann::json stageResultToJson(const StageResult& r) {
+    nlohmann::json j = {{"stage", r.stage},
+                        {"status", toString(r.status)},
+                        {"tiers", {r.tiers.simplify, r.tiers.expLog, r.tiers.solveEqs, r.tiers.solver}},
+                        {"seconds", {r.reduceSeconds, r.encodeSeconds, r.solveSeconds}},
+                        {"elements", {r.reducedElements, r.fullElements}},
+                        {"note", r.note},
+                        {"same_as", r.sameAs},
+                        {"cached", r.cached}};
+    if (r.failure) j["failure"] = r.failure->toJson();
+    return j;
+}
+
+StageResult stageResultFromJson(const nlohmann::json& j) {
+    StageResult r;
+    r.stage = j.at("stage").get<std::uint32_t>();
+    const auto status = j.at("status").get<std::string>();
+    bool known = false;
+    for (auto s : {StageStatus::Queued, StageStatus::Running, StageStatus::Equivalent, StageStatus::Failed, StageStatus::Inconclusive,
+                   StageStatus::Skipped})
+        if (toString(s) == status) {
+            r.status = s;
+            known = true;
+        }
+    if (!known) throw std::invalid_argument("unknown stage status \"" + status + "\"");
+    const auto& t = j.at("tiers");
+    r.tiers = {t.at(0).get<std::uint32_t>(), t.at(1).get<std::uint32_t>(), t.at(2).get<std::uint32_t>(), t.at(3).get<std::uint32_t>()};
+    const auto& sec = j.at("seconds");
+    r.reduceSeconds = sec.at(0).get<double>();
+    r.encodeSeconds = sec.at(1).get<double>();
+    r.solveSeconds = sec.at(2).get<double>();
+    r.reducedElements = j.at("elements").at(0).get<std::uint64_t>();
+    r.fullElements = j.at("elements").at(1).get<std::uint64_t>();
+    r.note = j.at("note").get<std::string>();
+    r.sameAs = j.at("same_as").get<std::uint32_t>();
+    r.cached = j.at("cached").get<bool>();
+    if (auto it = j.find("failure"); it != j.end()) r.failure = Failure::fromJson(*it);
+    return r;
+}
+
 namespace {
 StageResult inconclusiveResult(const Stage& stage, std::string message) {
     StageResult r;
@@ -1470,7 +1510,21 @@ StageResult checkStage(const Plan& plan, const Stage& stage, const CheckOptions&
     StageResult r;
     r.stage = stage.id;
     try {
-        z3::context ctx;
+        // Made through the C API: under a low memory limit Z3_mk_context_rc returns null, and
+        // z3::context would use it (a crash, not a verdict).
+        struct OwnedContext {
+            Z3_context raw;
+            ~OwnedContext() { if (raw) Z3_del_context(raw); }
+        } owned{[] {
+            Z3_config cfg = Z3_mk_config();
+            if (!cfg) return Z3_context{nullptr};
+            Z3_context c = Z3_mk_context_rc(cfg);
+            Z3_del_config(cfg);
+            return c;
+        }()};
+        if (!owned.raw) return inconclusiveResult(stage, "out of memory: the solver could not start (no Z3 context)");
+        z3::scoped_context scoped(owned.raw);
+        z3::context& ctx = scoped();
         if (slot && slot->enter) slot->enter(&ctx);
         struct Leave {
             const InterruptSlot* s;
@@ -1484,6 +1538,10 @@ StageResult checkStage(const Plan& plan, const Stage& stage, const CheckOptions&
         r = inconclusiveResult(stage, "out of memory while checking the stage");
     } catch (const std::exception& e) {
         r = inconclusiveResult(stage, std::string("internal error while checking the stage: ") + e.what());
+    } catch (...) {
+        // Z3's own out_of_memory_error is not a std::exception; under a memory limit it can
+        // escape a solver call.
+        r = inconclusiveResult(stage, "the solver stopped with an error of its own (out of memory, most likely)");
     }
     return r;
 }

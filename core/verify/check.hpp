@@ -38,6 +38,12 @@ struct StageResult {
     bool cached = false;                 ///< proven in an earlier run (a proof cache held the same obligation)
 };
 
+/// A stage's result as data: everything it holds, read back exactly by stageResultFromJson (a
+/// stage checked in a solver process of its own sends its result this way). fromJson throws
+/// nlohmann::json::exception or std::invalid_argument on anything it did not write.
+nlohmann::json stageResultToJson(const StageResult& r);
+StageResult stageResultFromJson(const nlohmann::json& j);
+
 struct CheckOptions {
     unsigned timeoutMs = 60000;          ///< per solver query; 0 = none
     bool reduceShapes = true;

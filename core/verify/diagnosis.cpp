@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <sstream>
+#include <stdexcept>
 
 namespace tv {
 
@@ -13,6 +14,105 @@ constexpr std::array<std::string_view, 9> kKindNames = {
 }
 
 std::string_view toString(FailureKind k) { return kKindNames[static_cast<std::size_t>(k)]; }
+
+FailureKind failureKindFromString(std::string_view name) {
+    for (std::size_t i = 0; i < kKindNames.size(); ++i)
+        if (kKindNames[i] == name) return static_cast<FailureKind>(i);
+    throw std::invalid_argument("unknown failure kind \"" + std::string(name) + "\"");
+}
+
+namespace {
+// Readers of the report's own JSON: an optional member, null or absent meaning the default.
+std::string stringOr(const nlohmann::json& j, const char* key) {
+    auto it = j.find(key);
+    return it == j.end() || it->is_null() ? std::string() : it->get<std::string>();
+}
+template <class T>
+T numberOr(const nlohmann::json& j, const char* key, T otherwise) {
+    auto it = j.find(key);
+    return it == j.end() || it->is_null() ? otherwise : it->get<T>();
+}
+std::vector<TensorValues> valuesList(const nlohmann::json& a) {
+    std::vector<TensorValues> v;
+    for (const auto& t : a) v.push_back(TensorValues::fromJson(t));
+    return v;
+}
+}  // namespace
+
+TensorValues TensorValues::fromJson(const nlohmann::json& j) {
+    TensorValues t;
+    t.name = j.at("name").get<std::string>();
+    t.shape = j.at("shape").get<Shape>();
+    t.fullShape = j.at("full_shape").get<Shape>();
+    t.values = j.at("values").get<std::vector<std::string>>();
+    t.rank = numberOr<std::int32_t>(j, "rank", -1);
+    t.microbatch = numberOr<std::int32_t>(j, "microbatch", -1);
+    return t;
+}
+
+TraceStep TraceStep::fromJson(const nlohmann::json& j) {
+    TraceStep s;
+    s.parallel = j.at("side").get<std::string>() == "parallel";
+    s.op = j.at("op").get<std::string>();
+    s.kind = j.at("kind").get<std::string>();
+    s.rank = numberOr<std::int32_t>(j, "rank", -1);
+    s.microbatch = numberOr<std::int32_t>(j, "microbatch", -1);
+    s.inputs = valuesList(j.at("inputs"));
+    s.outputs = valuesList(j.at("outputs"));
+    if (auto it = j.find("checks"); it != j.end())
+        for (const auto& x : *it) {
+            LineageCheck c;
+            c.relation = x.at("relation").get<std::string>();
+            c.holds = x.at("holds").get<bool>();
+            c.element = stringOr(x, "element");
+            c.expected = stringOr(x, "expected");
+            c.actual = stringOr(x, "actual");
+            s.checks.push_back(std::move(c));
+        }
+    s.logical = numberOr<int>(j, "logical_step", -1);
+    return s;
+}
+
+StageTrace StageTrace::fromJson(const nlohmann::json& j) {
+    StageTrace t;
+    for (const auto& s : j.at("logical")) t.logical.push_back(TraceStep::fromJson(s));
+    for (const auto& s : j.at("parallel")) t.parallel.push_back(TraceStep::fromJson(s));
+    t.assumptions = j.at("assumptions").get<std::vector<std::string>>();
+    t.divergence = j.at("divergence").get<int>();
+    t.misaligned = numberOr<int>(j, "misaligned", -1);
+    t.uninterpreted = numberOr<bool>(j, "uninterpreted", false);
+    return t;
+}
+
+Failure Failure::fromJson(const nlohmann::json& j) {
+    Failure f;
+    f.kind = failureKindFromString(j.at("kind").get<std::string>());
+    f.stage = numberOr<std::uint32_t>(j, "stage", kNone);
+    f.logicalOp = stringOr(j, "logical_op");
+    f.parallelOp = stringOr(j, "parallel_op");
+    f.rank = numberOr<std::int32_t>(j, "rank", -1);
+    if (auto it = j.find("coordinates"); it != j.end()) f.coordinates = *it;
+    f.microbatch = numberOr<std::int32_t>(j, "microbatch", -1);
+    f.tensor = stringOr(j, "tensor");
+    f.parallelTensor = stringOr(j, "parallel_tensor");
+    f.slice = stringOr(j, "slice");
+    f.element = stringOr(j, "element");
+    f.expected = stringOr(j, "expected");
+    f.actual = stringOr(j, "actual");
+    f.message = j.at("message").get<std::string>();
+    f.otherEnd = stringOr(j, "other_end");
+    if (auto it = j.find("other_end_tensor"); it != j.end()) {
+        f.otherEndLogical = it->at("side").get<std::string>() == "logical";
+        f.otherEndTensor = it->at("tensor").get<std::string>();
+    }
+    if (auto it = j.find("trace"); it != j.end()) f.trace = std::make_shared<const StageTrace>(StageTrace::fromJson(*it));
+    if (auto it = j.find("values"); it != j.end()) {
+        f.example = valuesList(it->at("example"));
+        f.logical = valuesList(it->at("logical"));
+        f.parallel = valuesList(it->at("parallel"));
+    }
+    return f;
+}
 
 bool isInconclusive(FailureKind k) {
     return k == FailureKind::Inconclusive || k == FailureKind::UnsupportedOperator ||

@@ -27,6 +27,8 @@ enum class FailureKind : std::uint8_t {
 };
 
 std::string_view toString(FailureKind k);
+/// The kind named by toString; throws std::invalid_argument for another name.
+FailureKind failureKindFromString(std::string_view name);
 /// Inconclusive kinds never count as a pass and never as a proven bug.
 bool isInconclusive(FailureKind k);
 
@@ -39,6 +41,7 @@ struct TensorValues {
     std::int32_t microbatch = -1;
     std::vector<std::string> values;   ///< exact values ("3/2"), row-major
     nlohmann::json toJson() const;
+    static TensorValues fromJson(const nlohmann::json& j);
     /// A heading line (name, shape, rank, microbatch), then one line per row of the last
     /// dimension, values separated by tabs: for pasting into a spreadsheet or a message.
     std::string toText() const;
@@ -61,6 +64,7 @@ struct TraceStep {
     std::vector<LineageCheck> checks;     ///< the lineage copies this op completes (it is their last producer)
     int logical = -1;                     ///< parallel steps: the logical step shown beside it (-1: none)
     nlohmann::json toJson() const;
+    static TraceStep fromJson(const nlohmann::json& j);
 };
 
 /// A failing stage replayed under the solver's counterexample, op by op in topological order on
@@ -74,6 +78,7 @@ struct StageTrace {
     /// choice, consistent but not the real function's.
     bool uninterpreted = false;
     nlohmann::json toJson() const;
+    static StageTrace fromJson(const nlohmann::json& j);
 };
 
 struct Failure {
@@ -100,7 +105,11 @@ struct Failure {
     /// failure is copied into reports; the trace is immutable once made.
     std::shared_ptr<const StageTrace> trace;
 
+    /// Everything a failure holds, in the report's form (JSON "failure"). fromJson reads it back
+    /// exactly (a stage checked in a solver process of its own sends its result this way);
+    /// it throws nlohmann::json::exception or std::invalid_argument on anything else.
     nlohmann::json toJson() const;
+    static Failure fromJson(const nlohmann::json& j);
     /// Alive2-like text: the headline, then Example / Logical / Parallel / Expected vs Actual.
     std::string toText() const;
 };

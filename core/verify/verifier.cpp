@@ -5,12 +5,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <cstdio>
 #include <sstream>
 #include <thread>
 #include <unordered_map>
 
 #include "verify/oracle.hpp"
+#include "verify/solver_process.hpp"
 #include "verify/symmetry.hpp"
 
 namespace tv {
@@ -99,6 +101,33 @@ void VerificationRun::cancel() {
 VerifyReport VerificationRun::run() {
     VerifyReport rep;
     auto t0 = Clock::now();
+    rep.isolated = opts_.isolate;
+    rep.budgetSeconds = opts_.runSeconds;
+    const auto deadline = opts_.runSeconds > 0
+                              ? t0 + std::chrono::duration_cast<Clock::duration>(
+                                         std::chrono::duration<double>(std::max(0.0, opts_.runSeconds - opts_.budgetSpent)))
+                              : Clock::time_point::max();
+    auto expired = [&] {
+        if (!outOfTime_.load() && Clock::now() >= deadline) outOfTime_.store(true);
+        return outOfTime_.load();
+    };
+    char budgetText[48];
+    std::snprintf(budgetText, sizeof budgetText, "%g s", opts_.runSeconds);
+    const std::string budgetReason = std::string("stopped at the run's time budget of ") + budgetText;
+    // A stage's own bound in a solver process: where a query ignores its timeout.
+    const double stageSeconds = opts_.stageSeconds > 0 ? opts_.stageSeconds
+                                : opts_.check.timeoutMs > 0 ? 4.0 * opts_.check.timeoutMs / 1000.0 + 30.0
+                                                            : 0.0;
+    // Every query's timeout ends at the budget.
+    auto checkOptionsNow = [this, deadline]() {
+        CheckOptions o = opts_.check;
+        if (deadline != Clock::time_point::max()) {
+            const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+            const auto capped = static_cast<unsigned>(std::clamp<long long>(left, 1, std::numeric_limits<unsigned>::max()));
+            o.timeoutMs = o.timeoutMs == 0 ? capped : std::min(o.timeoutMs, capped);
+        }
+        return o;
+    };
     rep.stagePlan = cutStages(plan_);
     rep.timing.cut = since(t0);
     rep.timing.expand = 0;
@@ -130,7 +159,7 @@ VerifyReport VerificationRun::run() {
     slot.enter = [this](z3::context* c) {
         std::lock_guard lock(mutex_);
         running_.push_back(c);
-        if (cancelled_.load()) c->interrupt();
+        if (cancelled_.load() || outOfTime_.load()) c->interrupt();
     };
     // One check: a stage of some plan (the stored one, or stages written out for every replica),
     // whose result lands at a stage index of the report.
@@ -138,7 +167,13 @@ VerifyReport VerificationRun::run() {
         const Plan* plan;
         const Stage* stage;
         std::uint32_t slot;
+        std::int32_t expansion;   ///< -1: the stored plan; else which written-out plan (expansions)
+        std::uint32_t index;      ///< the stage's index in its plan's cut
     };
+    // Isolated: the plan as solver processes read it, and what each written-out plan was made of.
+    std::shared_ptr<const std::string> planText;
+    std::vector<std::unique_ptr<std::vector<std::uint32_t>>> crossLists;
+    std::vector<std::unique_ptr<SolverProcess>> processes;
     auto finish = [&](std::uint32_t i, StageResult r) {
         r.stage = i;
         if (r.failure) r.failure->stage = i;
@@ -146,8 +181,14 @@ VerifyReport VerificationRun::run() {
         if (opts_.onStageDone) opts_.onStageDone(rep.results[i]);
     };
     auto runPool = [&](const std::vector<Job>& work) {
+        if (work.empty()) return;
         std::atomic<std::size_t> next{0};
-        auto worker = [&]() {
+        // Where a result is decided by the budget: a stage stopped by it says so.
+        auto settle = [&](StageResult& r) {
+            if (cancelled_.load() && r.status == StageStatus::Inconclusive) r.status = StageStatus::Skipped;
+            else if (outOfTime_.load() && r.status == StageStatus::Inconclusive && r.failure) r.failure->message = budgetReason;
+        };
+        auto threadWorker = [&]() {
             z3::context* mine = nullptr;
             InterruptSlot local;
             local.enter = [&](z3::context* c) {
@@ -163,22 +204,96 @@ VerifyReport VerificationRun::run() {
                 auto k = next.fetch_add(1);
                 if (k >= work.size()) break;
                 const auto& job = work[k];
-                if (cancelled_.load()) {
+                if (cancelled_.load() || expired()) {
                     rep.results[job.slot].status = StageStatus::Skipped;
                     continue;
                 }
                 if (opts_.onStageStart) opts_.onStageStart(job.slot);
-                auto r = checkStage(*job.plan, *job.stage, opts_.check, &local);
-                if (cancelled_.load() && r.status == StageStatus::Inconclusive) r.status = StageStatus::Skipped;
+                auto r = checkStage(*job.plan, *job.stage, checkOptionsNow(), &local);
+                expired();
+                settle(r);
                 finish(job.slot, std::move(r));
             }
         };
+        // Isolated: the same loop, each check in this worker's solver process. The process sees
+        // `work` as it is now (forked from this process) and runs job k of it.
+        auto processWorker = [&](unsigned j) {
+            SolverProcess& process = *processes[j];
+            for (;;) {
+                auto k = next.fetch_add(1);
+                if (k >= work.size()) break;
+                const auto& job = work[k];
+                if (cancelled_.load() || expired()) {
+                    rep.results[job.slot].status = StageStatus::Skipped;
+                    continue;
+                }
+                if (opts_.onStageStart) opts_.onStageStart(job.slot);
+                auto stageDeadline = deadline;
+                std::string reason = budgetReason;
+                if (stageSeconds > 0) {
+                    auto own = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(stageSeconds));
+                    if (own < stageDeadline) {
+                        stageDeadline = own;
+                        char text[160];
+                        std::snprintf(text, sizeof text, "the stage's check ran past its bound of %g s (a solver query that ignored its timeout) and was stopped",
+                                      stageSeconds);
+                        reason = text;
+                    }
+                }
+                SolverJob request;
+                request.expansion = job.expansion;
+                request.cross = job.expansion >= 0 ? crossLists[static_cast<std::size_t>(job.expansion)].get() : nullptr;
+                request.stage = job.index;
+                request.key = structuralKey(*job.plan, *job.stage);
+                request.check = checkOptionsNow();
+                bool stopped = false;
+                auto r = process.run(request, job.slot, stageDeadline, cancelled_, reason, stopped);
+                expired();
+                settle(r);
+                finish(job.slot, std::move(r));
+            }
+        };
+        // A watch on the budget for threads: at the deadline, running contexts are interrupted
+        // (a solver process needs none: its worker kills it).
+        std::atomic<bool> poolDone{false};
+        std::thread watch;
+        if (!opts_.isolate && deadline != Clock::time_point::max())
+            watch = std::thread([&] {
+                while (!poolDone.load()) {
+                    if (expired()) {
+                        std::lock_guard lock(mutex_);
+                        for (auto* c : running_) c->interrupt();
+                    }
+                    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+                }
+            });
         unsigned n = std::min<unsigned>(jobs, static_cast<unsigned>(std::max<std::size_t>(1, work.size())));
+        if (opts_.isolate && !work.empty()) {
+            // The solver processes serve every batch of the run; started here, on the thread of
+            // run(), they live as long as it (one that is killed is started again by its worker).
+            // Without looking for repeats (slow on big plans, and the processes need no small file).
+            if (!planText) planText = std::make_shared<const std::string>(writePlanJson(plan_, false).dump());
+            while (processes.size() < n) {
+                processes.push_back(std::make_unique<SolverProcess>(opts_.solverProgram.empty() ? thisProgram() : opts_.solverProgram,
+                                                                    planText, opts_.memoryMiB));
+                std::string why;
+                processes.back()->start(why);  // a failure is reported by the first job
+            }
+        }
         // Workers always run on threads of their own, even for one job (Z3 contexts are much
         // slower to create and destroy on the main thread here).
         std::vector<std::thread> pool;
-        for (unsigned j = 0; j < std::max(1u, n); ++j) pool.emplace_back(worker);
+        for (unsigned j = 0; j < std::max(1u, n); ++j) {
+            if (opts_.isolate) pool.emplace_back(processWorker, j);
+            else pool.emplace_back(threadWorker);
+        }
         for (auto& t : pool) t.join();
+        poolDone.store(true);
+        // A process a worker started again (after one was killed or ended) dies with that worker's
+        // thread, now gone: ended here, so that the next batch starts a new one.
+        for (auto& p : processes)
+            if (!p->startedHere()) p->stop();
+        if (watch.joinable()) watch.join();
     };
 
     // Stages of a plan stored with replicas that replica 0 cannot prove alone are checked written
@@ -191,7 +306,7 @@ VerifyReport VerificationRun::run() {
     std::vector<std::unique_ptr<ExpandedStages>> expansions;
     std::vector<std::unique_ptr<StagePlan>> expandedCuts;
     auto check = [&](const std::vector<std::uint32_t>& ids) {
-        if (cancelled_.load()) {
+        if (cancelled_.load() || expired()) {
             // Cancelled: nothing more is written out or checked.
             for (auto i : ids) rep.results[i].status = StageStatus::Skipped;
             return;
@@ -199,7 +314,7 @@ VerifyReport VerificationRun::run() {
         std::vector<Job> work;
         std::vector<std::uint32_t> cross;
         for (auto i : ids) {
-            if (local[i]) work.push_back({&plan_, &stages[i], i});
+            if (local[i]) work.push_back({&plan_, &stages[i], i, -1, i});
             else cross.push_back(i);
         }
         if (!cross.empty()) {
@@ -218,8 +333,10 @@ VerifyReport VerificationRun::run() {
                 r.failure = f;
                 finish(slotOf(f.stage), std::move(r));
             }
+            const auto expansion = static_cast<std::int32_t>(expansions.size());
+            crossLists.push_back(std::make_unique<std::vector<std::uint32_t>>(cross));
             for (std::uint32_t j = 0; j < xsp->stages.size(); ++j)
-                if (!broken[j]) work.push_back({&x->plan, &xsp->stages[j], slotOf(j)});
+                if (!broken[j]) work.push_back({&x->plan, &xsp->stages[j], slotOf(j), expansion, j});
             expansions.push_back(std::move(x));
             expandedCuts.push_back(std::move(xsp));
         }
@@ -292,6 +409,7 @@ VerifyReport VerificationRun::run() {
     rep.uniqueStages = static_cast<std::uint32_t>(firstWork.size() + secondWork.size());
     rep.timing.check = since(t1);
     rep.cancelled = cancelled_.load();
+    rep.outOfTime = outOfTime_.load();
 
     // Combine in graph order, independent of completion order.
     std::vector<std::uint32_t> order(stages.size());
@@ -334,12 +452,13 @@ VerifyReport VerificationRun::run() {
         rep.verdict = Verdict::Inconclusive;
         Failure c;
         c.kind = FailureKind::Inconclusive;
-        c.message = "verification was cancelled before every stage was proven";
+        c.message = outOfTime_.load() && !rep.cancelled ? "the run reached its time budget of " + std::string(budgetText) + " before every stage was proven"
+                                                        : "verification was cancelled before every stage was proven";
         rep.failure = c;
     } else {
         rep.verdict = Verdict::Equivalent;
     }
-    if (rep.verdict == Verdict::NotEquivalent && opts_.confirmUpToElements > 0 && !cancelled_.load()) {
+    if (rep.verdict == Verdict::NotEquivalent && opts_.confirmUpToElements > 0 && !cancelled_.load() && !expired()) {
         OracleOptions oo;
         oo.maxElements = opts_.confirmUpToElements;
         oo.trials = std::max(1, opts_.confirmTrials);
@@ -399,6 +518,9 @@ nlohmann::json reportToJson(const VerifyReport& r) {
                    {"reduce", r.timing.reduce}, {"encode", r.timing.encode}, {"solve", r.timing.solve},
                    {"total", r.timing.total}};
     j["jobs"] = r.jobs;
+    if (r.isolated) j["solver_processes"] = true;
+    if (r.cancelled) j["cancelled"] = true;
+    if (r.budgetSeconds > 0) j["budget"] = {{"seconds", r.budgetSeconds}, {"reached", r.outOfTime}};
     j["stages"]["unique"] = r.uniqueStages;
     j["stages"]["written_out"] = r.writtenOutStages;
     j["stages"]["cached"] = r.cachedStages;
@@ -449,6 +571,11 @@ std::string reportToText(const VerifyReport& r, bool withStats) {
     char buf[160];
     std::snprintf(buf, sizeof buf, " (%.2f s, %u jobs)", r.timing.total, r.jobs);
     os << buf << "\n";
+    if (r.cancelled) os << "  cancelled: the stages not proven by then were stopped or skipped\n";
+    else if (r.outOfTime) {
+        std::snprintf(buf, sizeof buf, "  the run reached its time budget of %g s: the stages not proven by then were stopped or skipped\n", r.budgetSeconds);
+        os << buf;
+    }
     if (r.failure) os << r.failure->toText();
     if (!r.confirmation.empty()) os << "  " << r.confirmation << "\n";
     if (r.failures.size() > 1) os << "\n  (" << r.failures.size() - 1 << " more failure(s) in later stages; see --json)\n";

@@ -57,6 +57,10 @@ struct VerifyReport {
     /// may never produce (a staged proof checks a stage on every input its lineage allows), so
     /// the verdict is INCONCLUSIVE, not NOT EQUIVALENT. `failure` still shows the counterexample.
     bool counterexampleUnreached = false;
+    /// The run reached its time budget (VerifyOptions::runSeconds) before every stage was decided.
+    bool outOfTime = false;
+    double budgetSeconds = 0;                    ///< VerifyOptions::runSeconds (0: none)
+    bool isolated = false;                       ///< stages were checked in solver processes
 };
 
 /// Stage proofs kept across runs (the Studio re-verifying after a reload). Keyed by proofKey, which
@@ -101,6 +105,27 @@ struct VerifyOptions {
     /// Random inputs the oracle tries before a counterexample it never reaches turns the verdict
     /// into INCONCLUSIVE (VerifyReport::counterexampleUnreached).
     int confirmTrials = 6;
+    /// Check each stage in a solver process of its own (solver_process.hpp): a cancel, the time
+    /// budget and a stage's own bound then stop it for certain (the process is killed), and a
+    /// stage that runs out of memory or crashes Z3 ends only itself, INCONCLUSIVE with the reason.
+    /// Off: stages run on threads of this process, and a Z3 call that ignores its interrupt runs on.
+    bool isolate = false;
+    /// A time budget for the whole run, in seconds from run(): stages not started by then are
+    /// skipped, running ones stopped (every query's timeout ends at the budget; a solver process
+    /// is killed at it), and the verdict is INCONCLUSIVE with what was proven. 0: none.
+    double runSeconds = 0;
+    /// Seconds of that budget already spent before run() (reading the plan): the run gets the rest.
+    double budgetSpent = 0;
+    /// Isolated only: a stage whose check runs longer is stopped (its process killed) and is
+    /// INCONCLUSIVE. Each query of a stage stops at CheckOptions::timeoutMs by itself; this bound
+    /// holds where one does not. 0: 4 times the query timeout plus 30 s (none if that is none).
+    double stageSeconds = 0;
+    /// Isolated only: what each solver process may allocate beyond what it shares with this one
+    /// (an address-space limit, and Z3's own memory limit a little below it). 0: none.
+    std::uint64_t memoryMiB = 0;
+    /// Isolated only: the program solver processes run (it must serve `--solver-process FD`,
+    /// solver_process.hpp). Empty: this program.
+    std::string solverProgram;
 };
 
 /// One verification run; cancel() may be called from any thread.
@@ -115,6 +140,7 @@ private:
     const Plan& plan_;
     VerifyOptions opts_;
     std::atomic<bool> cancelled_{false};
+    std::atomic<bool> outOfTime_{false};
     std::mutex mutex_;
     std::vector<z3::context*> running_;
 };
