@@ -420,6 +420,24 @@ private slots:
         QVERIFY2(r.out.contains("195 of 199 stages proven"), qPrintable(r.out));
     }
 
+    /// A stage tying replicas together is written out for every replica only if what that makes
+    /// is bounded, counted before it is made (issue 17: dp 1024 x 1024 microbatches, a 120 KB
+    /// plan, ran to 7.5 GB before bad_alloc); past the bound it is INCONCLUSIVE, saying so.
+    void writingOutIsBoundedBeforeItIsDone() {
+        QTemporaryDir dir;
+        const auto plan = dir.filePath("dp1024-mb1024.json");
+        auto g = trainverify({"generate", "--model", "mlp", "--dp", "1024", "--microbatches", "1024", "--global-batch", "1048576", "-o", plan});
+        QCOMPARE(g.exitCode, 0);
+        auto r = trainverify({"verify", plan, "--timeout", "8", "--jobs", "2", "--json", "-"});
+        QCOMPARE(r.exitCode, 2);
+        const auto j = QJsonDocument::fromJson(r.out.toUtf8()).object();
+        QCOMPARE(j["verdict"].toString(), QStringLiteral("inconclusive"));
+        int bounded = 0;
+        for (const auto& f : j["failures"].toArray())
+            if (f.toObject()["message"].toString().contains("written out for every replica it would be 1048576 ops")) ++bounded;
+        QVERIFY2(bounded > 0, qPrintable(r.out.left(3000)));
+    }
+
     /// --memory bounds each solver process: a stage past it is INCONCLUSIVE, out of memory, with
     /// the limit named (gpt2 at full shapes needs far more than 64 MiB in some stages).
     void memoryLimitIsAVerdict() {

@@ -342,6 +342,18 @@ ExpandedStages expandStages(const Plan& plan, const StagePlan& sp, const std::ve
     return x;
 }
 
+std::uint64_t writtenOutOps(const Plan& plan, const Stage& stage) {
+    const auto& rep = plan.replication;
+    std::uint64_t n = 0;
+    for (auto op : stage.parallelOps) {
+        const auto& o = plan.parallel.ops[op];
+        if (o.acrossReplicas) n += 1;
+        else if (o.acrossMicrobatches) n += static_cast<std::uint64_t>(rep.degree) * static_cast<std::uint64_t>(std::max(1, rep.microbatches - 1));
+        else n += static_cast<std::uint64_t>(rep.instances(o.microbatch));
+    }
+    return n;
+}
+
 std::string storedName(std::string_view instance) { return std::string(instance.substr(0, instance.find('~'))); }
 
 }  // namespace tv

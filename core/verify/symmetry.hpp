@@ -60,4 +60,9 @@ struct ExpandedStages {
 /// they read, which become assumptions. Names of replica k >= 1 get the suffix "~dp<k>".
 ExpandedStages expandStages(const Plan& plan, const StagePlan& stages, const std::vector<std::uint32_t>& stageIds);
 
+/// How many ops writing out this stage's parallel ops for every replica makes (what
+/// writeOutReplicas makes of each: a collective across replicas once, a sum across microbatches
+/// as a chain per replica, any other op once per instance), counted before anything is made.
+std::uint64_t writtenOutOps(const Plan& plan, const Stage& stage);
+
 }  // namespace tv

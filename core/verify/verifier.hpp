@@ -126,6 +126,13 @@ struct VerifyOptions {
     /// Isolated only: the program solver processes run (it must serve `--solver-process FD`,
     /// solver_process.hpp). Empty: this program.
     std::string solverProgram;
+    /// Stages that tie replicas together are written out for every replica before they are
+    /// checked. One whose written-out form would have more ops than this is INCONCLUSIVE, not
+    /// checked (one Z3 query over a million ops does not end usefully); so is any stage past the
+    /// second bound, on all such stages of the run together (memory: Llama3-405B dp64 tp8 pp16
+    /// nm16 writes out 10.6 M ops in all, 3 GB).
+    std::uint64_t maxWrittenOutStageOps = 1u << 18;  ///< Llama3-405B dp64 tp8 pp16 nm16: at most 76,800
+    std::uint64_t maxWrittenOutOps = 1u << 25;
 };
 
 /// One verification run; cancel() may be called from any thread.
