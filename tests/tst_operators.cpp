@@ -474,6 +474,7 @@ private slots:
         QTest::newRow("sqrt of a value within its error of 0") << 3;
         QTest::newRow("exact rational arithmetic") << 4;
         QTest::newRow("a comparison closer than its error") << 5;
+        QTest::newRow("a negative power of a value within its error of 0") << 6;
     }
     void roundingBoundHolds() {
         QFETCH(int, which);
@@ -515,6 +516,9 @@ private slots:
                 e = z3::ite(alg.fExp(x) * alg.fExp(y) >= alg.fExp(x + y), c.real_val(1), c.real_val(0));
                 exact = 1;
                 maxError = 2;  // up to the distance of the branches (1)
+                break;
+            case 6:  // ((x + 1e8) - 1e8 - x + 1e-12)^-1: a pole inside the argument's error
+                e = z3::pw((x + big) - big - x + c.real_val("1/1000000000000"), c.real_val(-1));
                 break;
         }
         const auto v = evaluateTermWithError(e, [&](const std::string& n) { return PreciseValue{at.at(n), 0}; });

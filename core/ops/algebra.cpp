@@ -252,6 +252,9 @@ PreciseValue evaluateTermWithError(const z3::expr& root, const std::function<Pre
                         const long double m = std::abs(a[0].value) + a[0].error;
                         r.error = std::max(r.error, std::abs(std::pow(m, y)) + std::abs(r.value));
                     }
+                    // A negative power has a pole at 0: within its error of 0 nothing bounds it
+                    // (the ends of the interval gave a finite bound across the pole).
+                    if (y < 0 && a[0].value - a[0].error <= 0 && a[0].value + a[0].error >= 0) r.error = inf;
                     break;
                 }
                 case Z3_OP_TO_REAL: r = a[0]; break;
