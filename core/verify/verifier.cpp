@@ -215,8 +215,8 @@ VerifyReport VerificationRun::run() {
                 finish(job.slot, std::move(r));
             }
         };
-        // Isolated: the same loop, each check in this worker's solver process. The process sees
-        // `work` as it is now (forked from this process) and runs job k of it.
+        // Isolated: the same loop, each check in this worker's solver process (started from
+        // this program, the plan sent to it once; solver_process.hpp).
         auto processWorker = [&](unsigned j) {
             SolverProcess& process = *processes[j];
             for (;;) {
