@@ -1,6 +1,6 @@
 // libFuzzer target for the safe pickle reader: any input must be read or refused with a
 // PickleError; a crash, a sanitizer report, a hang or another exception is a finding.
-// Built and run by tests/fuzz/run_pickle_fuzzer.sh (clang, -fsanitize=fuzzer,address,undefined).
+// Built and run by tests/fuzz/run_fuzzer.sh pickle (clang, -fsanitize=fuzzer,address,undefined).
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
