@@ -151,6 +151,9 @@ private slots:
         row("shape mismatch", tp, [](json& j) { j["logical"]["tensors"][5]["shape"] = json::array({8, 15}); }, "/logical/ops/0", "shape mismatch");
         row("dangling tensor", tp, [](json& j) { j["logical"]["ops"][0]["inputs"][0] = "y"; }, "/logical/ops/0/inputs/0", "dangling tensor id \"y\"");
         row("duplicate tensor", tp, [](json& j) { j["logical"]["tensors"].push_back(j["logical"]["tensors"][0]); }, "/logical/tensors/16/id", "duplicate tensor id \"x\"");
+        // Found by the plan fuzzer: the same tensor twice among one op's outputs named a producer
+        // that was not in the graph yet (a read past the end of the ops: SIGSEGV).
+        row("output listed twice", tp, [](json& j) { j["parallel"]["ops"][6]["outputs"][1] = "logits@r0"; }, "/parallel/ops/6/outputs/1", "is listed twice among its outputs");
         row("produced twice", tp, [](json& j) { j["logical"]["ops"][1]["outputs"][0] = "h"; }, "/logical/ops/1/outputs/0", "already produced by op \"fc1\"");
         row("cycle", tp, [](json& j) { j["logical"]["ops"][1]["inputs"][0] = "a"; }, "/logical/ops", "cycle through ops \"act\"");
         row("collective in logical plan", tp, [](json& j) { j["logical"]["ops"][1]["op"] = "all_reduce"; }, "/logical/ops/1/op", "belongs in the parallel plan");

@@ -625,6 +625,10 @@ private:
             g.operands.insert(g.operands.end(), outs.begin(), outs.end());
             for (std::size_t k = 0; k < outs.size(); ++k) {
                 auto& t = g.tensors[outs[k]];
+                if (t.producer == opId) {  // this op, not pushed yet: not a name to look up
+                    fail(path + "/outputs/" + std::to_string(k), who + ": tensor " + tensorLabel(g, outs[k]) + " is listed twice among its outputs");
+                    continue;
+                }
                 if (t.producer != kNone) {
                     fail(path + "/outputs/" + std::to_string(k), who + ": tensor " + tensorLabel(g, outs[k]) + " is already produced by op \"" +
                                                                 plan_->opName(g, t.producer) + "\"");
