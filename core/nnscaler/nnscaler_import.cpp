@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "model/text.hpp"
 #include "ops/registry.hpp"
 
 namespace tv::nnscaler {
@@ -1065,14 +1066,20 @@ struct Importer {
         return gr;
     }
 
-    Collective& member(const CollectiveKey& key, const std::string& kind, const json& attrs, const std::vector<int>& group, const std::string& where) {
+    /// The collective `key` names, with this member's view of it (kind, attributes, group) checked
+    /// against the first member's. `groupInKey`: the key determines the group (a reducer's is
+    /// its cell's), so it is neither compared again nor kept in the key: comparing a dp-sized
+    /// group for each of dp members was quadratic in dp.
+    Collective& member(const CollectiveKey& key, const std::string& kind, const json& attrs, const std::vector<int>& group, const std::string& where,
+                       bool groupInKey = false) {
         auto [it, inserted] = collectives.try_emplace(key);
         if (inserted) {
             it->second.kind = kind;
             it->second.attrs = attrs;
             it->second.group = group;
             it->second.where = where;
-        } else if (it->second.kind != kind || it->second.attrs != attrs || it->second.group != group) {
+            result.groupRanksHandled += group.size();
+        } else if (it->second.kind != kind || it->second.attrs != attrs || (!groupInKey && (result.groupRanksHandled += group.size(), it->second.group != group))) {
             // Every member must run the same collective, or the runtime's result is not any one of them.
             throw NnScalerError(where + ": its part of the collective is " + kind + " " + attrs.dump() + " over " + json(group).dump() + ", but " +
                                 it->second.where + " runs " + it->second.kind + " " + it->second.attrs.dump() + " over " + json(it->second.group).dump());
@@ -1080,8 +1087,44 @@ struct Importer {
         return it->second;
     }
 
+    /// A primitive's keyword arguments must all be ones its semantics here account for, as an
+    /// operator's must: one the mapping does not know could change what the runtime does (a
+    /// reduction op, an async flag, a scale), so it is INCONCLUSIVE, not ignored. The keywords are
+    /// those nnScaler's primitives take (nnscaler/ir/adapter/prim.py): `ranks` of every collective,
+    /// `dim` / `idim` `odim` of the ones that split or gather, `src` `dst` of a move, and the
+    /// buffer's `shape` and `dtype` of a move or broadcast (the sub-tensor's own shape and dtype are
+    /// what is verified; a buffer that disagrees fails at the runtime, it does not compute another
+    /// result).
+    static void knownKeywordsOnly(const Primitive& pr, const std::string& where) {
+        static const std::map<std::string, std::set<std::string>, std::less<>> known = {
+            {"MovePrim", {"src", "dst", "shape", "dtype"}},
+            {"BroadcastPrim", {"src", "ranks", "shape", "dtype"}},
+            {"ChunkPrim", {"dim", "ranks"}},
+            {"AllGatherPrim", {"dim", "ranks"}},
+            {"ReduceScatterPrim", {"dim", "ranks"}},
+            {"AllReducePrim", {"ranks"}},
+            {"IdentityPrim", {"ranks"}},
+            {"AllToAllPrim", {"idim", "odim", "ranks"}},
+            {"AllReduceIdentityPrim", {"ranks"}},
+            {"IdentityAllreducePrim", {"ranks"}},
+            {"AllReduceAllReducePrim", {"ranks"}},
+            {"AllGatherSplitPrim", {"dim", "ranks"}},
+            {"SplitAllGatherPrim", {"dim", "ranks"}},
+            {"ReduceScatterAllGatherPrim", {"dim", "ranks"}},
+            {"AllGatherReduceScatterPrim", {"dim", "ranks"}},
+            {"AllToAllAllToAllPrim", {"idim", "odim", "ranks"}},
+        };
+        auto it = known.find(pr.kind);
+        if (it == known.end()) return;  // no semantics at all: refused where its kind is looked up
+        if (!pr.kwargs.is_object()) throw NnScalerError(where + ": " + pr.kind + "'s keyword arguments are not a dict");
+        for (auto kw = pr.kwargs.begin(); kw != pr.kwargs.end(); ++kw)
+            if (!it->second.count(kw.key()))
+                throw UnsupportedOperator(pr.kind, "", where, "keyword argument " + shortened(kw.key(), 40) + "=" + shortened(kw.value().dump(), 40) + " is not supported");
+    }
+
     void adapter(const Plan& plan, GraphWriter& g, RankSim& s, const Cell& c, const std::string& where) {
         s.phase = "communication";
+        for (const auto& pr : c.primitives) knownKeywordsOnly(pr, where);
         if (c.fused) {
             if (c.primitives.size() != 1) throw NnScalerError(where + ": a fused adapter holds " + std::to_string(c.primitives.size()) + " primitives");
             const auto& pr = c.primitives[0];
@@ -1244,14 +1287,38 @@ struct Importer {
         write(g, s, tout, out, replace);
     }
 
-    void reducer(const Plan& plan, GraphWriter& g, RankSim& s, const Cell& c, const std::string& where) {
-        std::vector<int> group;
+    /// A reducer's group: its devices on every replica, sorted, built once per reducer (its
+    /// every execution, one per rank, shares it). Every cell with the reducer's id must span the
+    /// same devices.
+    struct ReducerGroup {
+        std::vector<int> devices, ranks;
+        std::string where;
+    };
+    std::map<std::int64_t, ReducerGroup> reducerGroups;
+    const std::vector<int>& reducerGroup(const Cell& c, const std::string& where) {
         if (c.devices.empty()) throw NnScalerError(where + ": the reducer spans no devices");
+        auto [it, inserted] = reducerGroups.try_emplace(c.id);
+        ReducerGroup& rg = it->second;
+        if (!inserted) {
+            if (rg.devices != c.devices)
+                throw NnScalerError(where + ": the reducer spans devices " + json(c.devices).dump() + ", but at " + rg.where + " it spans " + json(rg.devices).dump());
+            return rg.ranks;
+        }
+        rg.devices = c.devices;
+        rg.where = where;
         for (int d : c.devices) {
             if (d < 0 || d >= devices) throw NnScalerError(where + ": device " + std::to_string(d) + " is not a plan device");
-            for (int r = 0; r < dp; ++r) group.push_back(d + r * devices);
+            for (int r = 0; r < dp; ++r) rg.ranks.push_back(d + r * devices);
         }
-        std::sort(group.begin(), group.end());
+        std::sort(rg.ranks.begin(), rg.ranks.end());
+        if (std::adjacent_find(rg.ranks.begin(), rg.ranks.end()) != rg.ranks.end())
+            throw NnScalerError(where + ": the reducer lists a device twice: " + json(c.devices).dump());
+        result.groupRanksHandled += rg.ranks.size();
+        return rg.ranks;
+    }
+
+    void reducer(const Plan& plan, GraphWriter& g, RankSim& s, const Cell& c, const std::string& where) {
+        const std::vector<int>& group = reducerGroup(c, where);
         for (std::size_t k = 0; k < c.inputs.size(); ++k) {
             const auto& op = c.inputs[k];
             if (op.tensor < 0) continue;
@@ -1265,8 +1332,8 @@ struct Importer {
                 note(where + ": the reducer reads the gradient of " + w.name + ", which no op on rank " + std::to_string(s.rank) + " writes");
                 in = g.tensor(tensorBase(w) + ".grad-unwritten" + s.where(), shapeOf(w), "gradient", false, s.rank, -1);
             }
-            CollectiveKey ck{c.id, static_cast<int>(k), -1, -1, group};
-            auto& col = member(ck, "all_reduce", json::object(), group, where);
+            CollectiveKey ck{c.id, static_cast<int>(k), -1, -1, {}};  // the reducer's id names its group
+            auto& col = member(ck, "all_reduce", json::object(), group, where, true);
             col.in[s.rank] = in;
             Handle out = g.tensor(tensorBase(w) + ".grad.reduced" + s.where(), shapeOf(w), "gradient", false, s.rank, -1);
             col.out[s.rank] = out;
@@ -1274,12 +1341,21 @@ struct Importer {
         }
     }
 
-    std::int64_t gradFullOf(const Plan& plan, std::int64_t weightFull) const {
-        for (const auto& [d, cells] : plan.programs)
-            for (const auto& c : cells)
-                for (const auto& o : c.inputs)
-                    if (o.tensor >= 0 && o.grad >= 0 && plan.tensors.at(o.tensor).fullId == weightFull) return plan.tensors.at(o.grad).fullId;
-        return -1;
+    /// The gradient (full tensor) of a weight, from the first cell input that names both: found
+    /// by one pass over the plan, made once (a reducer asks for every weight on every rank).
+    std::map<std::int64_t, std::int64_t> gradFull_;
+    const Plan* gradFullOfPlan_ = nullptr;
+    std::int64_t gradFullOf(const Plan& plan, std::int64_t weightFull) {
+        if (gradFullOfPlan_ != &plan) {
+            gradFull_.clear();
+            for (const auto& [d, cells] : plan.programs)
+                for (const auto& c : cells)
+                    for (const auto& o : c.inputs)
+                        if (o.tensor >= 0 && o.grad >= 0) gradFull_.try_emplace(plan.tensors.at(o.tensor).fullId, plan.tensors.at(o.grad).fullId);
+            gradFullOfPlan_ = &plan;
+        }
+        auto it = gradFull_.find(weightFull);
+        return it == gradFull_.end() ? -1 : it->second;
     }
 
     void emitCollectives() {
@@ -1791,9 +1867,10 @@ ImportResult importPair(const Plan& logical, const Plan& parallel, const ImportO
     // Bounded work: every cell runs once per replica.
     std::size_t cells = 0;
     for (const auto& [d, prog] : parallel.programs) cells += prog.size();
-    if (static_cast<double>(cells) * im.dp > 5e7)
-        throw NnScalerError("the parallel plan runs " + std::to_string(cells) + " cells on each of " + std::to_string(im.dp) +
-                            " replicas: more than the 50 million cell executions the mapping writes out");
+    if (static_cast<std::uint64_t>(cells) * static_cast<std::uint64_t>(im.dp) > kMaxCellExecutions)
+        throw MappingTooLarge("the parallel plan runs " + std::to_string(cells) + " cells on each of " + std::to_string(im.dp) + " replicas (" +
+                              std::to_string(static_cast<std::uint64_t>(cells) * static_cast<std::uint64_t>(im.dp)) + " executions): more than the " +
+                              std::to_string(kMaxCellExecutions) + " cell executions the mapping writes out (about 8 KB of memory each)");
     im.runProgram(logical, im.lg, logical.programs.begin()->first, 0, true);
     for (int r = 0; r < im.dp; ++r)
         for (int d = 0; d < im.devices; ++d) im.runProgram(parallel, im.pg, d, r, false);

@@ -18,11 +18,25 @@
 #include <string>
 #include <vector>
 
+#include <cstdint>
+
 #include <nlohmann/json.hpp>
 
 #include "nnscaler/nnscaler_plan.hpp"
 
 namespace tv::nnscaler {
+
+/// A pair the mapping will not write out because it is too large (more cell executions than
+/// kMaxCellExecutions): not a defect of the plans, so the verdict is INCONCLUSIVE, not INVALID.
+class MappingTooLarge : public NnScalerError {
+public:
+    using NnScalerError::NnScalerError;
+};
+
+/// Cells times data-parallel replicas the mapping writes out at most. The largest bundled plan
+/// (Llama3 dp16 pp4 tp8 nm8) runs 296,448 and maps to 488,488 ops in 2.3 GB: about 8 KB per
+/// execution, so the bound holds the mapping near 8 GB.
+inline constexpr std::uint64_t kMaxCellExecutions = std::uint64_t{1} << 20;
 
 /// An operator (or primitive) the mapping has no semantics for: the plan cannot be verified
 /// yet. Says which operator, with which annotation, and where it first occurs.
@@ -55,6 +69,9 @@ struct ImportResult {
     /// cannot make the pair EQUIVALENT.
     std::vector<std::string> unchecked;
     std::vector<std::string> notes;  ///< what the mapping noticed (lanes it could not align, index maps that disagree with the runtime)
+    /// Ranks written into or compared in collective groups while mapping: the work that grew with
+    /// dp squared when every execution of a reducer built its dp-sized group. Linear in dp.
+    std::uint64_t groupRanksHandled = 0;
 };
 
 /// Maps a logical plan (one device, one microbatch) and a parallel plan of it. Throws

@@ -55,6 +55,8 @@ PairLoad loadPair(const std::string& logicalPath, const std::string& parallelPat
     } catch (const UnsupportedOperator& e) {
         return fail(Verdict::Inconclusive, FailureKind::UnsupportedOperator,
                     "cannot verify yet: " + std::string(e.what()) + " (supported operators: docs/nnscaler.md)");
+    } catch (const MappingTooLarge& e) {
+        return fail(Verdict::Inconclusive, FailureKind::Inconclusive, "cannot map " + parallelPath + " onto " + logicalPath + ": " + e.what());
     } catch (const NnScalerError& e) {
         return fail(Verdict::Invalid, FailureKind::InvalidPlan, "cannot map " + parallelPath + " onto " + logicalPath + ": " + e.what());
     } catch (const std::out_of_range& e) {
