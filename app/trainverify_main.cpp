@@ -1,4 +1,5 @@
 // trainverify: the command line. Verifies a plan headless (for CI), or inspects it.
+#include <cctype>
 #include <atomic>
 #include <cerrno>
 #include <csignal>
@@ -66,6 +67,9 @@ verify   Cuts the plan into stages from its lineage, reduces shapes, checks ever
                              (default 4 x the query timeout + 30 s)
            --memory MIB      what this process and each solver process may allocate; a stage
                              past it is INCONCLUSIVE (out of memory), never a crash
+           --max-stage-elements N
+                             a stage holding more tensor elements after shape reduction is
+                             INCONCLUSIVE, not encoded (default 2097152; 0 = no bound)
            --in-process      check stages on threads of this process (no solver processes;
                              a query that ignores its timeout cannot then be stopped)
            --json FILE       also write the JSON report to FILE ("-": standard output only)
@@ -288,10 +292,30 @@ bool writeOutput(const std::string& path, const std::string& text);
 
 bool parseRunOption(const std::vector<std::string>& args, std::size_t& i, tv::VerifyOptions& opts, bool& matched, std::string& error) {
     const auto& a = args[i];
-    matched = a == "--jobs" || a == "--timeout" || a == "--query-timeout" || a == "--stage-timeout" || a == "--memory" || a == "--in-process";
+    matched = a == "--jobs" || a == "--timeout" || a == "--query-timeout" || a == "--stage-timeout" || a == "--memory" || a == "--in-process" ||
+              a == "--max-stage-elements";
     if (!matched) return true;
     if (a == "--in-process") {
         opts.isolate = false;
+        return true;
+    }
+    if (a == "--max-stage-elements") {
+        const std::string* v = i + 1 < args.size() ? &args[i + 1] : nullptr;
+        std::size_t pos = 0;
+        unsigned long long count = 0;
+        bool ok = v && !v->empty() && std::isdigit(static_cast<unsigned char>((*v)[0]));
+        if (ok) try {
+                count = std::stoull(*v, &pos);
+                ok = pos == v->size();
+            } catch (...) {
+                ok = false;
+            }
+        if (!ok) {
+            error = "--max-stage-elements needs a whole number of tensor elements (0: no bound)";
+            return false;
+        }
+        opts.check.maxElements = count;
+        ++i;
         return true;
     }
     double n = 0;
@@ -356,7 +380,8 @@ int cmdVerify(const std::vector<std::string>& args) {
         std::string error;
         if (!parseRunOption(args, i, opts, run, error)) return usageError(error);
         if (run) {
-            continue;        } else if (a == "--json") {
+            continue;
+        } else if (a == "--json") {
             auto* v = value("--json");
             if (!v) return usageError("--json needs a file name or -");
             jsonOut = *v;

@@ -1,6 +1,7 @@
 #include "verify/check.hpp"
 
 #include <cctype>
+#include <limits>
 #include <cfloat>
 #include <new>
 #include <cmath>
@@ -72,6 +73,10 @@ public:
             return result_;
         }
         result_.reduceSeconds = since(t0);
+        if (opts_.maxElements > 0 && result_.reducedElements > opts_.maxElements) {
+            tooLarge();
+            return result_;
+        }
         auto t1 = Clock::now();
         if (!evaluate()) {
             result_.encodeSeconds = since(t1);
@@ -160,11 +165,32 @@ private:
         return false;
     }
 
+    /// The stage's encoding would hold more tensor elements than CheckOptions::maxElements:
+    /// INCONCLUSIVE before anything is encoded, naming both counts.
+    bool tooLarge() {
+        Failure f;
+        f.kind = FailureKind::Inconclusive;
+        f.stage = stage_.id;
+        f.tensor = plan_.tensorName(L_, plan_.lineage[stage_.output].logical);
+        f.message = "the stage holds " + std::to_string(result_.reducedElements) + " tensor elements " +
+                    (opts_.reduceShapes ? "after shape reduction" : "(shape reduction off)") + ", more than the " + std::to_string(opts_.maxElements) +
+                    " one check encodes (memory); not checked";
+        result_.status = StageStatus::Inconclusive;
+        result_.failure = f;
+        return false;
+    }
+
+    /// Elements summed without wrapping (a stage of a few tensors of 2^62 elements each).
+    static void addElements(std::uint64_t& sum, const Shape& s) {
+        const auto n = static_cast<std::uint64_t>(numel(s));
+        sum = n > std::numeric_limits<std::uint64_t>::max() - sum ? std::numeric_limits<std::uint64_t>::max() : sum + n;
+    }
+
     bool reduceShapes() {
         for (auto t : lTensors_) lShape_[t] = plan_.shape(L_, t);
         for (auto t : pTensors_) pShape_[t] = plan_.shape(P_, t);
-        for (auto& [t, s] : lShape_) result_.fullElements += static_cast<std::uint64_t>(numel(s));
-        for (auto& [t, s] : pShape_) result_.fullElements += static_cast<std::uint64_t>(numel(s));
+        for (auto& [t, s] : lShape_) addElements(result_.fullElements, s);
+        for (auto& [t, s] : pShape_) addElements(result_.fullElements, s);
         if (!opts_.reduceShapes) {
             result_.reducedElements = result_.fullElements;
             return true;
@@ -289,8 +315,8 @@ private:
         };
         readBack(lDims, lShape_);
         readBack(pDims, pShape_);
-        for (auto& [t, s] : lShape_) result_.reducedElements += static_cast<std::uint64_t>(numel(s));
-        for (auto& [t, s] : pShape_) result_.reducedElements += static_cast<std::uint64_t>(numel(s));
+        for (auto& [t, s] : lShape_) addElements(result_.reducedElements, s);
+        for (auto& [t, s] : pShape_) addElements(result_.reducedElements, s);
         return true;
     }
 

@@ -47,6 +47,13 @@ StageResult stageResultFromJson(const nlohmann::json& j);
 struct CheckOptions {
     unsigned timeoutMs = 60000;          ///< per solver query; 0 = none
     bool reduceShapes = true;
+    /// A stage whose tensors hold more elements than this (after shape reduction, or at full size
+    /// without it) is INCONCLUSIVE, not encoded: every element is a term. A plan of dp 1024 x 1024
+    /// microbatches has stages of 4 to 6.3 million; one solver process reached 14.8 GB on them
+    /// (about 2.4 KB per element), and the run had not ended after 5 minutes. The largest stage of
+    /// a bundled or generated plan holds 712,704 (nnScaler Llama3 dp16 pp4 tp8 nm8): the bound is
+    /// three times that, a check near 5 GB. 0: no bound.
+    std::uint64_t maxElements = std::uint64_t{1} << 21;
     /// On a counterexample, replay the stage op by op under the same model (Failure::trace).
     bool keepTrace = false;
 };

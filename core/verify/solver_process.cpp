@@ -103,7 +103,7 @@ std::string signalName(int sig) {
 }
 
 nlohmann::json checkOptionsJson(const CheckOptions& o) {
-    return {{"timeout_ms", o.timeoutMs}, {"reduce", o.reduceShapes}, {"trace", o.keepTrace}};
+    return {{"timeout_ms", o.timeoutMs}, {"reduce", o.reduceShapes}, {"trace", o.keepTrace}, {"max_elements", o.maxElements}};
 }
 
 }  // namespace
@@ -404,6 +404,7 @@ int serveSolverProcess(int fd) {
             CheckOptions opts;
             opts.timeoutMs = c.at("timeout_ms").get<unsigned>();
             opts.reduceShapes = c.at("reduce").get<bool>();
+            opts.maxElements = c.at("max_elements").get<std::uint64_t>();
             opts.keepTrace = c.at("trace").get<bool>();
             if (!sendFrame(fd, stageResultToJson(checkStage(*p, cut->stages[id], opts)).dump())) return 0;
         }

@@ -188,6 +188,25 @@ VerifyReport VerificationRun::run() {
             if (cancelled_.load() && r.status == StageStatus::Inconclusive) r.status = StageStatus::Skipped;
             else if (outOfTime_.load() && r.status == StageStatus::Inconclusive && r.failure) r.failure->message = budgetReason;
         };
+        // One worker: takes jobs until none is left, checking each with `check` (on this thread,
+        // or in the worker's solver process); a job taken after a cancel or past the budget is
+        // skipped.
+        auto worker = [&](auto&& check) {
+            for (;;) {
+                auto k = next.fetch_add(1);
+                if (k >= work.size()) break;
+                const auto& job = work[k];
+                if (cancelled_.load() || expired()) {
+                    rep.results[job.slot].status = StageStatus::Skipped;
+                    continue;
+                }
+                if (opts_.onStageStart) opts_.onStageStart(job.slot);
+                StageResult r = check(job);
+                expired();
+                settle(r);
+                finish(job.slot, std::move(r));
+            }
+        };
         auto threadWorker = [&]() {
             z3::context* mine = nullptr;
             InterruptSlot local;
@@ -200,34 +219,13 @@ VerifyReport VerificationRun::run() {
                 running_.erase(std::remove(running_.begin(), running_.end(), mine), running_.end());
                 mine = nullptr;
             };
-            for (;;) {
-                auto k = next.fetch_add(1);
-                if (k >= work.size()) break;
-                const auto& job = work[k];
-                if (cancelled_.load() || expired()) {
-                    rep.results[job.slot].status = StageStatus::Skipped;
-                    continue;
-                }
-                if (opts_.onStageStart) opts_.onStageStart(job.slot);
-                auto r = checkStage(*job.plan, *job.stage, checkOptionsNow(), &local);
-                expired();
-                settle(r);
-                finish(job.slot, std::move(r));
-            }
+            worker([&](const Job& job) { return checkStage(*job.plan, *job.stage, checkOptionsNow(), &local); });
         };
-        // Isolated: the same loop, each check in this worker's solver process (started from
-        // this program, the plan sent to it once; solver_process.hpp).
+        // Isolated: each check in this worker's solver process (started from this program, the
+        // plan sent to it once; solver_process.hpp), stopped at the budget or the stage's bound.
         auto processWorker = [&](unsigned j) {
             SolverProcess& process = *processes[j];
-            for (;;) {
-                auto k = next.fetch_add(1);
-                if (k >= work.size()) break;
-                const auto& job = work[k];
-                if (cancelled_.load() || expired()) {
-                    rep.results[job.slot].status = StageStatus::Skipped;
-                    continue;
-                }
-                if (opts_.onStageStart) opts_.onStageStart(job.slot);
+            worker([&](const Job& job) {
                 auto stageDeadline = deadline;
                 std::string reason = budgetReason;
                 if (stageSeconds > 0) {
@@ -247,11 +245,8 @@ VerifyReport VerificationRun::run() {
                 request.key = structuralKey(*job.plan, *job.stage);
                 request.check = checkOptionsNow();
                 bool stopped = false;
-                auto r = process.run(request, job.slot, stageDeadline, cancelled_, reason, stopped);
-                expired();
-                settle(r);
-                finish(job.slot, std::move(r));
-            }
+                return process.run(request, job.slot, stageDeadline, cancelled_, reason, stopped);
+            });
         };
         // A watch on the budget for threads: at the deadline, running contexts are interrupted
         // (a solver process needs none: its worker kills it).
@@ -573,6 +568,7 @@ nlohmann::json reportToJson(const VerifyReport& r) {
             s["logical_ops"] = stage.logicalOps.size();
             s["parallel_ops"] = stage.parallelOps.size();
         }
+        if (res.fullElements > 0) s["elements"] = {{"reduced", res.reducedElements}, {"full", res.fullElements}};
         if (!res.note.empty()) s["note"] = res.note;
         if (res.sameAs != kNone) s["same_as"] = res.sameAs;
         if (res.cached) s["cached"] = true;
@@ -608,8 +604,9 @@ std::string reportToText(const VerifyReport& r, bool withStats) {
     for (const auto& w : r.warnings) os << "warning: " << w << "\n";
     if (withStats) {
         std::uint32_t t1 = 0, t1b = 0, t2 = 0, t3 = 0;
-        std::uint64_t full = 0, red = 0;
+        std::uint64_t full = 0, red = 0, largest = 0;
         for (const auto& res : r.results) {
+            largest = std::max(largest, res.reducedElements);
             t1 += res.tiers.simplify;
             t1b += res.tiers.expLog;
             t2 += res.tiers.solveEqs;
@@ -633,7 +630,7 @@ std::string reportToText(const VerifyReport& r, bool withStats) {
             os << "  stages tying replicas together: " << r.writtenOutStages << " (written out for every replica; replica 0 proves the rest)\n";
         os << "  output groups proven by simplify / exp-log normal form / solve-eqs / solver: " << t1 << " / " << t1b << " / " << t2 << " / " << t3
            << "\n";
-        os << "  tensor elements: " << full << " full, " << red << " after shape reduction\n";
+        os << "  tensor elements: " << full << " full, " << red << " after shape reduction (largest stage: " << largest << ")\n";
         os << "  peak memory: " << peakMemoryKb() / 1024 << " MiB\n";
     }
     return printable(os.str());  // names from the plan never drive the terminal
