@@ -151,7 +151,7 @@ void moveInto(std::span<const Value<S>* const> in, Value<S>& out, F&& source) {
 }
 
 template <class C>
-using Dims = std::vector<typename C::D>;
+using Dims = typename C::Dims;
 
 // ===== element-wise ===========================================================================
 
@@ -1795,7 +1795,9 @@ template <template <class> class Rule>
 struct ShapeRule {};
 
 #define TV_SHAPE(spec, fn)                                                  \
-    (spec).shapeConcrete = [](ConcreteShapes& c, const auto& i, const auto& o, const json& a) { fn(c, i, o, a); }; \
+    (spec).shapeConcrete = [](ConcreteShapes& c, const auto& i, const auto& o, const json& a) {                    \
+        fn(c, std::vector<CheckedDims>(i.begin(), i.end()), std::vector<CheckedDims>(o.begin(), o.end()), a);        \
+    };                                                                                                                 \
     (spec).shapeSymbolic = [](SymbolicShapes& c, const auto& i, const auto& o, const json& a) { fn(c, i, o, a); }
 
 template <class Op>
@@ -2043,6 +2045,18 @@ std::int64_t lookupRange(std::string_view op, const std::vector<Shape>& in, cons
     return 0;
 }
 
+/// "[2, 3], []": shapes as an error message lists them.
+static std::string shapesText(const std::vector<Shape>& shapes) {
+    std::string t;
+    for (const auto& s : shapes) {
+        if (!t.empty()) t += ", ";
+        t += "[";
+        for (std::size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
+        t += "]";
+    }
+    return t;
+}
+
 std::string checkOp(const OpSpec& spec, const json& attrs, const std::vector<Shape>& inputs,
                     const std::vector<Shape>& outputs, const std::vector<DType>& inputTypes) {
     if (!attrs.is_object()) return "attrs must be an object";
@@ -2079,7 +2093,12 @@ std::string checkOp(const OpSpec& spec, const json& attrs, const std::vector<Sha
     }
     ConcreteShapes c;
     std::vector<std::vector<std::int64_t>> in(inputs.begin(), inputs.end()), out(outputs.begin(), outputs.end());
-    spec.shapeConcrete(c, in, out, attrs);
+    try {
+        spec.shapeConcrete(c, in, out, attrs);
+    } catch (const MissingDim&) {
+        return "shape mismatch: an operand has fewer dims than " + std::string(spec.name) + " reads (inputs " + shapesText(inputs) + ", outputs " +
+               shapesText(outputs) + ")";
+    }
     return c.error.empty() ? std::string() : "shape mismatch: " + c.error;
 }
 

@@ -30,10 +30,30 @@ struct Value {
 
 // ----- shape rules ---------------------------------------------------------------------------
 
+/// A concrete shape rule read a dim its operand does not have (the last dim of a rank-0 tensor).
+struct MissingDim {};
+
+/// One operand's dims in a concrete shape rule. Element access is checked: the reader validates
+/// every op by its concrete rule first, so a rule that would read past an operand's rank (an op
+/// the plan gives a tensor of too few dims) is a refused op, never a read past the end; the
+/// symbolic rules then run only on ops whose ranks the concrete rule accepted.
+class CheckedDims : public std::vector<std::int64_t> {
+public:
+    using std::vector<std::int64_t>::vector;
+    explicit CheckedDims(const std::vector<std::int64_t>& v) : std::vector<std::int64_t>(v) {}
+    const std::int64_t& operator[](std::size_t i) const {
+        if (i >= size()) throw MissingDim{};
+        return data()[i];
+    }
+    const std::int64_t& back() const { return (*this)[size() - 1]; }
+    const std::int64_t& front() const { return (*this)[0]; }
+};
+
 /// Shape rules run on concrete shapes (validation) and on integer unknowns (shape reduction).
 class ConcreteShapes {
 public:
     using D = std::int64_t;
+    using Dims = CheckedDims;
     D orig(D d) const { return d; }
     D cst(std::int64_t v) const { return v; }
     D mul(D a, D b) const { return a * b; }
@@ -54,6 +74,7 @@ public:
         z3::expr e;
         std::int64_t o;
     };
+    using Dims = std::vector<D>;
     explicit SymbolicShapes(z3::context& c) : c_(c), constraints(c) {}
     std::int64_t orig(const D& d) const { return d.o; }
     D cst(std::int64_t v) const { return {c_.int_val(static_cast<int64_t>(v)), v}; }
