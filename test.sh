@@ -8,6 +8,15 @@ preset=dev
 [ "${1:-}" = "--asan" ] && preset=asan
 bash tools/install-deps.sh
 export QT_QPA_PLATFORM=offscreen
+start=$(date +%s)
 cmake --preset "$preset" >/dev/null
 cmake --build --preset "$preset"
-ctest --preset "$preset"
+built=$(date +%s)
+log=$([ "$preset" = asan ] && echo build-asan || echo build)/ctest-times.log
+status=0
+ctest --preset "$preset" 2>&1 | tee "$log" || status=$?
+# The time of each suite, slowest first, and of the whole command.
+echo "suite times ($preset), slowest first:"
+sed -nE 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([A-Za-z0-9_]+) .* ([0-9.]+) sec$/\2 s  \1/p' "$log" | sort -rn | sed 's/^/  /'
+echo "$preset: build $((built - start)) s, tests $(($(date +%s) - built)) s"
+exit "$status"
