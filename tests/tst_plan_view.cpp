@@ -153,6 +153,29 @@ private slots:
         QVERIFY(res.edgePaths[0].front().y < res.edgePaths[0].back().y);
     }
 
+    /// A request past the layout bound is refused before Graphviz sees it (dot cannot be
+    /// interrupted: expanding every rank and layer of a big plan ran 17 minutes), naming both
+    /// counts; a request within it is laid out.
+    void layoutIsBounded() {
+        LayoutRequest over;
+        over.nodes.resize(kMaxLayoutNodes + 1);
+        auto res = layoutGraph(over);
+        QVERIFY(!res.error.empty());
+        QVERIFY2(res.error.find(std::to_string(kMaxLayoutNodes + 1) + " nodes") != std::string::npos, res.error.c_str());
+        QVERIFY(res.nodeCenters.empty());
+        LayoutRequest edges;
+        edges.nodes.resize(2);
+        edges.edges.assign(kMaxLayoutEdges + 1, LayoutEdge{0, 1, true});
+        QVERIFY(!layoutGraph(edges).error.empty());
+        // A chain at the edge bound's scale, well under the node bound, is laid out.
+        LayoutRequest chain;
+        chain.nodes.resize(200);
+        for (int i = 0; i + 1 < 200; ++i) chain.edges.push_back({i, i + 1, true});
+        auto ok = layoutGraph(chain);
+        QVERIFY2(ok.error.empty(), ok.error.c_str());
+        QCOMPARE(ok.nodeCenters.size(), std::size_t(200));
+    }
+
     void dotExport() {
         LayoutRequest req;
         req.clusters.push_back({"rank 0", -1});

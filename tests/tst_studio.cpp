@@ -12,10 +12,13 @@
 #include <QStandardPaths>
 #include <QTemporaryDir>
 
+#include <fstream>
 #include <set>
 
 #include "solver_process_main.hpp"
 #include "find_model.hpp"
+#include "generate/generator.hpp"
+#include "layout/graph_layout.hpp"
 #include "graph_view.hpp"
 #include "inspector.hpp"
 #include "main_window.hpp"
@@ -400,6 +403,37 @@ private slots:
         QVERIFY(failed.wait(60000));
         QVERIFY2(failed.first().first().toString().contains("a logical (single-device) plan runs on one"), qPrintable(failed.first().first().toString()));
         QCOMPARE(w.scene()->loaded()->plan->ranks.size(), std::size_t(8));  // the pair on screen stays
+    }
+
+    /// View > Expand All Layers, then Expand All Ranks, on Llama3-8B dp2 tp2 pp2 nm2 asks dot for
+    /// 9,874 logical and 23,482 parallel nodes (it ran 17 minutes): the layout is refused at once
+    /// with the counts, and the view on screen stays as it was.
+    void hugeLayoutIsRefusedAndTheViewStays() {
+        QTemporaryDir dir;
+        gen::GenerateOptions o;
+        o.model = "llama3-8b";
+        o.dp = o.tp = o.pp = o.microbatches = 2;
+        const QString path = dir.filePath(QStringLiteral("l8.json"));
+        {
+            std::ofstream out(path.toStdString());
+            out << gen::generatePlan(o).dump();
+        }
+        MainWindow w;
+        QVERIFY(openAndWait(w, path));
+        const auto before = w.scene()->loadedShared();
+        const auto nodes = before->view.nodes.size();
+        QSignalSpy failed(&w, &MainWindow::loadFailed);
+        w.setLayersCollapsed(false);
+        w.setRanksCollapsed(false);
+        QVERIFY(failed.wait(60000));
+        const auto msg = failed.first().first().toString();
+        QVERIFY2(msg.contains(QStringLiteral("more than the %1 nodes").arg(kMaxLayoutNodes)), qPrintable(msg));
+        QCOMPARE(w.scene()->loadedShared(), before);
+        QCOMPARE(w.scene()->loaded()->view.nodes.size(), nodes);
+        // The view still answers: collapsing again lays out.
+        QSignalSpy loaded(&w, &MainWindow::planLoaded);
+        w.setRanksCollapsed(true);
+        QTRY_VERIFY_WITH_TIMEOUT(w.scene()->loadedShared() != before, 60000);
     }
 };
 

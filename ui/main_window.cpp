@@ -980,10 +980,11 @@ void MainWindow::onLoaded(quint64 id, std::shared_ptr<LoadedPlan> loaded, const 
     if (open ? id != openId_ : (id != jobId_ || (loaded && scene_->loaded() && loaded->plan != scene_->loaded()->plan))) return;
     pendingOptions_.reset();
     if (!loaded) {
-        const QString msg = error.isEmpty() ? tr("The plan could not be opened.") : error;
-        statusPlan_->setText(tr("Failed to open the plan"));
+        // A re-layout that fails (one past the layout bound) keeps the view on screen.
+        const QString msg = error.isEmpty() ? (open ? tr("The plan could not be opened.") : tr("The view could not be laid out.")) : error;
+        statusPlan_->setText(open ? tr("Failed to open the plan") : tr("Layout refused; the view is unchanged"));
         emit loadFailed(msg);
-        if (isVisible()) QMessageBox::warning(this, tr("Cannot open plan"), msg);
+        if (isVisible()) QMessageBox::warning(this, open ? tr("Cannot open plan") : tr("Cannot lay out this view"), msg);
         updateStatus();
         return;
     }

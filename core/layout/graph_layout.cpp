@@ -4,6 +4,7 @@
 #include <graphviz/gvc.h>
 
 #include <functional>
+#include <string>
 #include <mutex>
 #include <sstream>
 
@@ -36,6 +37,12 @@ std::string num(double v) {
 
 LayoutResult layoutGraph(const LayoutRequest& req) {
     LayoutResult res;
+    if (req.nodes.size() > kMaxLayoutNodes || req.edges.size() > kMaxLayoutEdges) {
+        res.error = "this view would give Graphviz " + std::to_string(req.nodes.size()) + " nodes and " + std::to_string(req.edges.size()) +
+                    " edges to lay out at once, more than the " + std::to_string(kMaxLayoutNodes) + " nodes and " + std::to_string(kMaxLayoutEdges) +
+                    " edges it is given (its time grows faster than the graph): collapse ranks or layer groups, or expand fewer at a time";
+        return res;
+    }
     std::lock_guard lock(graphvizLock());
     Agraph_t* g = agopen(const_cast<char*>("plan"), Agdirected, nullptr);
     if (!g) {
