@@ -1796,7 +1796,7 @@ struct ShapeRule {};
 
 #define TV_SHAPE(spec, fn)                                                  \
     (spec).shapeConcrete = [](ConcreteShapes& c, const auto& i, const auto& o, const json& a) {                    \
-        fn(c, std::vector<CheckedDims>(i.begin(), i.end()), std::vector<CheckedDims>(o.begin(), o.end()), a);        \
+        fn(c, std::vector<ConcreteShapes::Dims>(i.begin(), i.end()), std::vector<ConcreteShapes::Dims>(o.begin(), o.end()), a); \
     };                                                                                                                 \
     (spec).shapeSymbolic = [](SymbolicShapes& c, const auto& i, const auto& o, const json& a) { fn(c, i, o, a); }
 
