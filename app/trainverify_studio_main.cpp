@@ -8,12 +8,15 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "layout/layout_process.hpp"
 #include "main_window.hpp"
 #include "verify/solver_process.hpp"
 
 int main(int argc, char** argv) {
-    // A solver process of the Studio's verify run (solver_process.hpp), before anything of Qt.
+    // A solver process of the Studio's verify run (solver_process.hpp), or a layout process of its
+    // views (layout_process.hpp), before anything of Qt.
     if (argc == 3 && std::strcmp(argv[1], "--solver-process") == 0) return tv::solverProcessMain(std::atoi(argv[2]));
+    if (argc == 3 && std::strcmp(argv[1], "--layout-process") == 0) return tv::layoutProcessMain(std::atoi(argv[2]));
     QApplication app(argc, argv);
     QApplication::setApplicationName(QStringLiteral("trainverify-studio"));
     QApplication::setOrganizationName(QStringLiteral("TrainVerify"));

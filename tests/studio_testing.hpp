@@ -1,7 +1,8 @@
 // What the Studio's test suites share: bundled example paths, opening a plan and waiting for it,
-// and the settings sandbox every suite starts in.
+// actions by name, and the settings sandbox every suite starts in.
 #pragma once
 
+#include <QAction>
 #include <QCoreApplication>
 #include <QSignalSpy>
 #include <QStandardPaths>
@@ -18,6 +19,9 @@ inline void sandbox(const QString& suite) {
     QCoreApplication::setOrganizationName(QStringLiteral("TrainVerifyTests"));
     QCoreApplication::setApplicationName(suite);
 }
+
+/// The window's action of that object name (null if none).
+inline QAction* actionNamed(MainWindow& w, const QString& name) { return w.findChild<QAction*>(name); }
 
 inline bool openAndWait(MainWindow& w, const QString& path) {
     QSignalSpy loaded(&w, &MainWindow::planLoaded);

@@ -9,6 +9,11 @@
 #include <map>
 #include <set>
 
+#include <atomic>
+#include <thread>
+
+#include "helper_process_main.hpp"
+#include "process/helper_process.hpp"
 #include "explore/lessons.hpp"
 #include "explore/verified_view.hpp"
 #include "verify/symmetry.hpp"
@@ -174,6 +179,144 @@ private slots:
         auto ok = layoutGraph(chain);
         QVERIFY2(ok.error.empty(), ok.error.c_str());
         QCOMPARE(ok.nodeCenters.size(), std::size_t(200));
+    }
+
+    /// A clustered graph dot takes minutes on (crossing minimisation unbounded), well under the
+    /// layout bound: what the stop and budget tests stop half-way.
+    static LayoutRequest slowRequest() {
+        LayoutRequest q;
+        const int clusters = 60, nodes = 4800;
+        for (int c = 0; c < clusters; ++c) q.clusters.push_back({"c" + std::to_string(c), c % 6 == 0 ? -1 : c - c % 6});
+        for (int i = 0; i < nodes; ++i) q.nodes.push_back({40, 20, i % clusters});
+        unsigned x = 12345;
+        for (int i = 0; i < 3 * nodes; ++i) {
+            x = x * 1103515245u + 12345u;
+            const int a = static_cast<int>((x >> 8) % nodes);
+            x = x * 1103515245u + 12345u;
+            const int b = static_cast<int>((x >> 8) % nodes);
+            if (a != b) q.edges.push_back({std::min(a, b), std::max(a, b), true});
+        }
+        return q;
+    }
+
+    /// A layout process lays out a view the same way every time (a fresh Graphviz for each side:
+    /// in one process dot keeps state from one layout to the next, and the same view came out
+    /// three ways), and what it sends reads back exactly (CBOR, doubles as they are).
+    void layoutProcessesAreReproducibleAndExact() {
+        auto plan = readPlanFile(TV_SOURCE_DIR "/resources/examples/gpt2-pp2.json").plan;
+        QVERIFY(plan);
+        const auto stages = cutStages(*plan);
+        const auto view = buildPlanView(*plan, stages, ViewOptions{});
+        LayoutControl control;
+        control.program = thisProgram();
+        std::vector<std::size_t> sizes;
+        control.onRequest = [&](std::size_t side, std::size_t nodes, std::size_t) {
+            QCOMPARE(side, sizes.size() % 2);
+            sizes.push_back(nodes);
+        };
+        const auto first = placePlanView(view, 240, &control);
+        QVERIFY2(first.error.empty(), first.error.c_str());
+        const auto second = placePlanView(view, 240, &control);
+        QVERIFY2(second.error.empty(), second.error.c_str());
+        QCOMPARE(sizes.size(), std::size_t(4));  // the logical side, then the parallel side, twice
+        QCOMPARE(second.nodeRects.size(), first.nodeRects.size());
+        for (std::size_t i = 0; i < first.nodeRects.size(); ++i) {
+            QCOMPARE(second.nodeRects[i].x, first.nodeRects[i].x);
+            QCOMPARE(second.nodeRects[i].y, first.nodeRects[i].y);
+        }
+        QCOMPARE(second.dataflowPaths.size(), first.dataflowPaths.size());
+        for (std::size_t i = 0; i < first.dataflowPaths.size(); ++i) {
+            QCOMPARE(second.dataflowPaths[i].size(), first.dataflowPaths[i].size());
+            for (std::size_t k = 0; k < first.dataflowPaths[i].size(); ++k) QCOMPARE(second.dataflowPaths[i][k].y, first.dataflowPaths[i][k].y);
+        }
+        QCOMPARE(second.parallelBounds.width, first.parallelBounds.width);
+        // A result crosses the socket bit for bit.
+        std::vector<int> map;
+        const auto here = layoutGraph(view.layoutRequest(ViewSide::Parallel, map));
+        QVERIFY(here.error.empty());
+        const auto back = layoutResultFromBytes(layoutResultBytes(here));
+        QCOMPARE(back.nodeCenters.size(), here.nodeCenters.size());
+        for (std::size_t i = 0; i < here.nodeCenters.size(); ++i) QVERIFY(back.nodeCenters[i].x == here.nodeCenters[i].x);
+        QCOMPARE(back.edgePaths.size(), here.edgePaths.size());
+        for (std::size_t i = 0; i < here.edgePaths.size(); ++i) QVERIFY(back.edgePaths[i].size() == here.edgePaths[i].size());
+        QCOMPARE(back.clusterBoxes.size(), here.clusterBoxes.size());
+        QVERIFY(back.bounds.width == here.bounds.width);
+        // So does a request.
+        const auto q = slowRequest();
+        const auto sent = layoutRequestFromBytes(layoutRequestBytes(q));
+        QCOMPARE(sent.nodes.size(), q.nodes.size());
+        QCOMPARE(sent.edges.size(), q.edges.size());
+        QCOMPARE(sent.clusters.size(), q.clusters.size());
+        QCOMPARE(sent.clusters[7].parent, q.clusters[7].parent);
+        QCOMPARE(sent.edges[99].to, q.edges[99].to);
+        QCOMPARE(sent.nodes[4799].cluster, q.nodes[4799].cluster);
+        QVERIFY_THROWS_EXCEPTION(std::exception, layoutResultFromBytes("not cbor"));
+    }
+
+    /// A stop set while dot runs, and a budget that runs out, end the layout: its process is killed
+    /// and the result says which (issue 17: a layout ran 17 minutes and nothing could end it). The
+    /// graph takes dot minutes; the stop comes 300 ms in. A layout that ignored either would come
+    /// back laid out, and the test fail.
+    void stopAndBudgetEndALayout_data() {
+        QTest::addColumn<bool>("budget");
+        QTest::newRow("stop") << false;
+        QTest::newRow("budget") << true;
+    }
+    void stopAndBudgetEndALayout() {
+        QFETCH(bool, budget);
+        const auto q = slowRequest();
+        std::atomic<bool> stop{false};
+        LayoutControl control;
+        control.program = thisProgram();
+        control.stop = &stop;
+        std::thread stopper;
+        if (budget) {
+            control.budgetSeconds = 0.3;
+            control.deadline = LayoutControl::Clock::now() + std::chrono::milliseconds(300);
+        } else {
+            control.onRequest = [&](std::size_t, std::size_t, std::size_t) {
+                stopper = std::thread([&] {
+                    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+                    stop = true;
+                });
+            };
+        }
+        LayoutSession session(control);
+        const auto res = session.layout(q);
+        if (stopper.joinable()) stopper.join();
+        QVERIFY(res.nodeCenters.empty());
+        QCOMPARE(res.cancelled, !budget);
+        QCOMPARE(res.overBudget, budget);
+        QVERIFY2(res.error.find(budget ? "ran past its budget of 0.3 s" : "cancelled") != std::string::npos, res.error.c_str());
+        QVERIFY2(res.error.find("4800 nodes") != std::string::npos, res.error.c_str());
+        // Later requests of the session are not started.
+        LayoutRequest small;
+        small.nodes.resize(2);
+        const auto after = session.layout(small);
+        QVERIFY(!after.error.empty());
+        QCOMPARE(after.cancelled, !budget);
+    }
+
+    /// A program that does not serve --layout-process, or none at all, is an error that names it.
+    void aLayoutProcessThatFailsIsAnError() {
+        LayoutRequest small;
+        small.nodes.resize(2);
+        small.edges = {{0, 1, true}};
+        for (const std::string program : {"/bin/true", "/nonexistent/trainverify-studio"}) {
+            LayoutControl control;
+            control.program = program;
+            const auto res = LayoutSession(control).layout(small);
+            QVERIFY(res.nodeCenters.empty());
+            QVERIFY(!res.cancelled && !res.overBudget);
+            QVERIFY2(res.error.find(program) != std::string::npos, res.error.c_str());
+        }
+        // Past the bound, refused before any process starts, as in this process.
+        LayoutControl control;
+        control.program = "/nonexistent/trainverify-studio";
+        LayoutRequest over;
+        over.nodes.resize(kMaxLayoutNodes + 1);
+        const auto res = LayoutSession(control).layout(over);
+        QVERIFY2(res.error.find("more than the") != std::string::npos, res.error.c_str());
     }
 
     void dotExport() {
@@ -450,5 +593,8 @@ private slots:
     }
 };
 
+#define main qtestMain
 QTEST_APPLESS_MAIN(TestPlanView)
+#undef main
+TV_HELPER_PROCESS_MAIN(qtestMain)
 #include "tst_plan_view.moc"

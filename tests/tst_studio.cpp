@@ -15,7 +15,7 @@
 #include <fstream>
 #include <set>
 
-#include "solver_process_main.hpp"
+#include "helper_process_main.hpp"
 #include "find_model.hpp"
 #include "generate/generator.hpp"
 #include "layout/graph_layout.hpp"
@@ -28,6 +28,7 @@ using namespace tv;
 using namespace tv::ui;
 
 using testing::example;
+using testing::actionNamed;
 using testing::openAndWait;
 
 namespace {
@@ -434,10 +435,64 @@ private slots:
         w.setRanksCollapsed(true);
         QTRY_VERIFY_WITH_TIMEOUT(w.scene()->loadedShared() != before, 60000);
     }
+
+    /// A layout in progress shows what it lays out and for how long, and ends on Cancel (its
+    /// layout process killed) or at its budget, with the view on screen unchanged (issue 17: a
+    /// layout ran 17 minutes and nothing ended it). Every layer of GPT-2 expanded is 3,398 nodes a
+    /// side, well inside the layout bound, and takes dot many seconds a side; the Cancel comes
+    /// half a second into it. A layout that ignored either would come back laid out, and fail.
+    void layoutsCanBeCancelledAndAreBudgeted() {
+        QTemporaryDir dir;
+        gen::GenerateOptions o;
+        o.model = "gpt2";
+        const QString path = dir.filePath(QStringLiteral("gpt2.json"));
+        {
+            std::ofstream out(path.toStdString());
+            out << gen::generatePlan(o).dump();
+        }
+        MainWindow w;
+        QVERIFY(openAndWait(w, path));
+        QVERIFY(!w.laying());
+        const auto before = w.scene()->loadedShared();
+        QSignalSpy failed(&w, &MainWindow::loadFailed);
+        QSignalSpy loaded(&w, &MainWindow::planLoaded);
+        auto* cancel = actionNamed(w, QStringLiteral("cancelLayout"));
+        QVERIFY(!cancel->isEnabled());
+
+        w.setLayersCollapsed(false);
+        QVERIFY(w.laying());
+        QTRY_VERIFY_WITH_TIMEOUT(w.layoutProgressText().contains(QStringLiteral("logical side: ")), 60000);
+        QVERIFY2(w.layoutProgressText().contains(QStringLiteral("logical side: 3,398 nodes and 3,972 edges")), qPrintable(w.layoutProgressText()));
+        QVERIFY(cancel->isEnabled());
+        QTest::qWait(500);
+        QVERIFY(w.laying());
+        cancel->trigger();
+        QTRY_VERIFY_WITH_TIMEOUT(!w.laying(), 20000);  // a liveness bound: the process is killed within 50 ms
+        QVERIFY(!cancel->isEnabled());
+        QCOMPARE(failed.count(), 0);  // a cancelled re-layout is no failure: no dialog
+        QCOMPARE(loaded.count(), 0);
+        QCOMPARE(w.scene()->loadedShared(), before);
+
+        // The budget: past it the layout is stopped and says so; the view stays.
+        w.setLayoutBudget(1);
+        w.setLayersCollapsed(false);
+        QVERIFY(failed.wait(60000));
+        const auto msg = failed.first().first().toString();
+        QVERIFY2(msg.contains(QStringLiteral("ran past its budget of 1 s")) && msg.contains(QStringLiteral("3398 nodes")), qPrintable(msg));
+        QCOMPARE(w.scene()->loadedShared(), before);
+        QCOMPARE(loaded.count(), 0);
+
+        // Within its budget, the same layout is laid out.
+        w.setLayoutBudget(0);
+        w.setLayersCollapsed(false);
+        QVERIFY(loaded.wait(180000));
+        QVERIFY(w.scene()->loadedShared() != before);
+        QCOMPARE(w.scene()->loaded()->view.count(ViewSide::Logical, ViewNodeKind::CollapsedLayer), std::size_t(0));
+    }
 };
 
 #define main qtestMain
 QTEST_MAIN(TestStudio)
 #undef main
-TV_SOLVER_PROCESS_MAIN(qtestMain)
+TV_HELPER_PROCESS_MAIN(qtestMain)
 #include "tst_studio.moc"

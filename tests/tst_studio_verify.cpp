@@ -22,7 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "solver_process_main.hpp"
+#include "helper_process_main.hpp"
 #include "explore/lessons.hpp"
 #include "bug_dialog.hpp"
 #include "failure_panel.hpp"
@@ -38,6 +38,7 @@ using namespace tv::ui;
 using json = nlohmann::json;
 
 using testing::example;
+using testing::actionNamed;
 using testing::openAndWait;
 
 namespace {
@@ -51,8 +52,6 @@ json expectOf(const QString& file) {
     std::ifstream in(example(file).toStdString());
     return json::parse(in)["expect"];
 }
-
-QAction* actionNamed(MainWindow& w, const QString& name) { return w.findChild<QAction*>(name); }
 }  // namespace
 
 class TestStudioVerify : public QObject {
@@ -573,5 +572,5 @@ private slots:
 #define main qtestMain
 QTEST_MAIN(TestStudioVerify)
 #undef main
-TV_SOLVER_PROCESS_MAIN(qtestMain)
+TV_HELPER_PROCESS_MAIN(qtestMain)
 #include "tst_studio_verify.moc"

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <set>
 
-#include "solver_process_main.hpp"
+#include "helper_process_main.hpp"
 #include "io/plan_json.hpp"
 #include "verify/report_html.hpp"
 #include "verify/verifier.hpp"
@@ -544,5 +544,5 @@ private slots:
 #define main qtestMain
 QTEST_APPLESS_MAIN(TestVerifier)
 #undef main
-TV_SOLVER_PROCESS_MAIN(qtestMain)
+TV_HELPER_PROCESS_MAIN(qtestMain)
 #include "tst_verifier.moc"

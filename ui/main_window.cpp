@@ -1,5 +1,7 @@
 #include "main_window.hpp"
 
+#include "process/helper_process.hpp"
+
 #include <QApplication>
 #include <QComboBox>
 #include <QCloseEvent>
@@ -80,7 +82,7 @@ QString storedNoteFor(const Plan& plan) {
 }
 
 std::shared_ptr<LoadedPlan> layout(std::shared_ptr<const Plan> plan, const QString& path, ViewOptions options, StagePlan stages,
-                                   QString* error) {
+                                   QString* error, const LayoutControl* control) {
     QElapsedTimer t;
     t.start();
     auto lp = std::make_shared<LoadedPlan>();
@@ -89,7 +91,7 @@ std::shared_ptr<LoadedPlan> layout(std::shared_ptr<const Plan> plan, const QStri
     lp->options = std::move(options);
     lp->view = buildPlanView(*lp->plan, lp->stages, lp->options);
     lp->viewSeconds = static_cast<double>(t.nsecsElapsed()) / 1e9;
-    lp->placed = placePlanView(lp->view);
+    lp->placed = placePlanView(lp->view, 240, control);
     lp->path = path;
     lp->seconds = static_cast<double>(t.nsecsElapsed()) / 1e9;
     lp->layoutSeconds = lp->seconds - lp->viewSeconds;
@@ -116,7 +118,7 @@ void attachVerifiedPlan(LoadedPlan& lp, std::shared_ptr<const Plan> source, std:
 
 /// Everything after reading: replicas written out (or not), stages, view and layout.
 std::shared_ptr<LoadedPlan> preparePlan(std::unique_ptr<Plan> readPlan, const QString& path, const std::set<std::int32_t>* collapsed, QString* error,
-                                        std::size_t maxWrittenOutOps, QElapsedTimer& t) {
+                                        std::size_t maxWrittenOutOps, QElapsedTimer& t, const LayoutControl* control) {
     PlanLoadResult res;
     res.plan = std::move(readPlan);
     // The explorer draws every replica and microbatch of a plan stored once, written out, unless
@@ -142,7 +144,7 @@ std::shared_ptr<LoadedPlan> preparePlan(std::unique_ptr<Plan> readPlan, const QS
     const double cut = static_cast<double>(t.nsecsElapsed()) / 1e9 - read;
     // What Verify checks is the plan as read (a plan stored once: the stored plan), as the command line does.
     std::shared_ptr<const Plan> source = res.plan ? std::shared_ptr<const Plan>(std::move(res.plan)) : plan;
-    auto lp = layout(plan, path, options, std::move(stages), error);
+    auto lp = layout(plan, path, options, std::move(stages), error, control);
     if (lp) {
         attachVerifiedPlan(*lp, std::move(source), nullptr);
         lp->seconds = static_cast<double>(t.nsecsElapsed()) / 1e9;
@@ -156,7 +158,7 @@ std::shared_ptr<LoadedPlan> preparePlan(std::unique_ptr<Plan> readPlan, const QS
 }  // namespace
 
 std::shared_ptr<LoadedPlan> loadPlan(const QString& path, const std::set<std::int32_t>* collapsed, QString* error,
-                                     std::size_t maxWrittenOutOps) {
+                                     std::size_t maxWrittenOutOps, const LayoutControl* control) {
     QElapsedTimer t;
     t.start();
     auto res = readPlanFile(path.toStdString());
@@ -168,10 +170,11 @@ std::shared_ptr<LoadedPlan> loadPlan(const QString& path, const std::set<std::in
         }
         return nullptr;
     }
-    return preparePlan(std::move(res.plan), path, collapsed, error, maxWrittenOutOps, t);
+    return preparePlan(std::move(res.plan), path, collapsed, error, maxWrittenOutOps, t, control);
 }
 
-std::shared_ptr<LoadedPlan> loadNnScalerPair(const QString& logicalPath, const QString& parallelPath, QString* error, std::size_t maxWrittenOutOps) {
+std::shared_ptr<LoadedPlan> loadNnScalerPair(const QString& logicalPath, const QString& parallelPath, QString* error, std::size_t maxWrittenOutOps,
+                                             const LayoutControl* control) {
     QElapsedTimer t;
     t.start();
     auto pair = nnscaler::loadPair(logicalPath.toStdString(), parallelPath.toStdString());
@@ -184,18 +187,18 @@ std::shared_ptr<LoadedPlan> loadNnScalerPair(const QString& logicalPath, const Q
         }
         return nullptr;
     }
-    auto lp = preparePlan(std::move(pair.plan), parallelPath, nullptr, error, maxWrittenOutOps, t);
+    auto lp = preparePlan(std::move(pair.plan), parallelPath, nullptr, error, maxWrittenOutOps, t, control);
     if (lp) lp->logicalPath = logicalPath;
     return lp;
 }
 
 std::shared_ptr<LoadedPlan> relayoutPlan(std::shared_ptr<const Plan> plan, const QString& path, ViewOptions options, QString* error,
-                                         const LoadedPlan* previous) {
+                                         const LoadedPlan* previous, const LayoutControl* control) {
     QElapsedTimer t;
     t.start();
     auto stages = cutStages(*plan);
     const double cut = static_cast<double>(t.nsecsElapsed()) / 1e9;
-    auto lp = layout(plan, path, std::move(options), std::move(stages), error);
+    auto lp = layout(plan, path, std::move(options), std::move(stages), error, control);
     if (lp) {
         if (previous) {
             attachVerifiedPlan(*lp, previous->source, previous->sourceStages);
@@ -256,6 +259,23 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     statusZoom_ = new QLabel(this);
     statusBar()->addWidget(statusPlan_, 1);
     statusBar()->addPermanentWidget(statusZoom_);
+    // While a plan is opened or a view laid out: a busy bar, the progress in the status text
+    // (which side, its size, the time against the budget), and Cancel.
+    layoutBusy_ = new QProgressBar(this);
+    layoutBusy_->setRange(0, 0);
+    layoutBusy_->setMaximumWidth(120);
+    layoutBusy_->setVisible(false);
+    layoutCancelButton_ = new QToolButton(this);
+    layoutCancelButton_->setText(tr("Cancel"));
+    layoutCancelButton_->setToolTip(tr("Stop laying out (Esc); the view on screen stays"));
+    layoutCancelButton_->setObjectName(QStringLiteral("cancelLayoutButton"));
+    layoutCancelButton_->setVisible(false);
+    connect(layoutCancelButton_, &QToolButton::clicked, this, &MainWindow::cancelLayout);
+    statusBar()->addPermanentWidget(layoutBusy_);
+    statusBar()->addPermanentWidget(layoutCancelButton_);
+    layoutTimer_ = new QTimer(this);
+    layoutTimer_->setInterval(250);
+    connect(layoutTimer_, &QTimer::timeout, this, &MainWindow::updateLayoutProgress);
     connect(view_, &GraphView::zoomChanged, this, [this](qreal z) { statusZoom_->setText(tr("zoom %1 %").arg(qRound(z * 100))); });
 
     connect(scene_, &PlanScene::nodeSelected, this, &MainWindow::onNodeSelected);
@@ -283,9 +303,11 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
 }
 
 MainWindow::~MainWindow() {
-    // Jobs still running finish on the pool; their watchers are children of this window and
-    // go with it, so no result reaches a destroyed window.
+    // Jobs still running are stopped (their layout processes killed) and finish on the pool; their
+    // watchers are children of this window and go with it, so no result reaches a destroyed window.
+    for (auto& [id, j] : jobs_) j->stop = true;
     QThreadPool::globalInstance()->waitForDone();
+    if (!jobs_.empty()) QApplication::restoreOverrideCursor();
 }
 
 void MainWindow::buildMenus() {
@@ -352,6 +374,10 @@ void MainWindow::buildMenus() {
     view->addAction(tr("&Expand All Ranks"), this, [this] { setRanksCollapsed(false); });
     view->addAction(tr("Collapse All &Layers"), this, [this] { setLayersCollapsed(true); });
     view->addAction(tr("Expand All La&yers"), this, [this] { setLayersCollapsed(false); });
+    cancelLayoutAction_ = view->addAction(tr("Cancel La&yout"), QKeySequence(Qt::Key_Escape), this, &MainWindow::cancelLayout);
+    cancelLayoutAction_->setObjectName(QStringLiteral("cancelLayout"));
+    cancelLayoutAction_->setToolTip(tr("Stop opening the plan or laying out the view (Esc)"));
+    cancelLayoutAction_->setEnabled(false);
     view->addSeparator();
     auto* dark = view->addAction(tr("&Dark Palette"));
     dark->setCheckable(true);
@@ -557,17 +583,17 @@ void MainWindow::injectBug(const QString& bug, const bugs::MutateOptions& option
         }
         std::shared_ptr<bugs::Mutant> held = m;
         startJob(
-            [held, path, logical](QString* error) {
+            [held, path, logical](QString* error, const LayoutControl* control) {
                 QElapsedTimer t;
                 t.start();
-                auto lp = preparePlan(std::move(held->plan), path, nullptr, error, kMaxWrittenOutOps, t);
+                auto lp = preparePlan(std::move(held->plan), path, nullptr, error, kMaxWrittenOutOps, t, control);
                 if (lp) {
                     lp->logicalPath = logical;
                     lp->mutant = held;
                 }
                 return lp;
             },
-            tr("Opening the plan with %1...").arg(bug));
+            tr("Opening the plan with %1").arg(bug));
     });
     watcher->setFuture(QtConcurrent::run([source, name, options]() -> std::pair<std::shared_ptr<bugs::Mutant>, QString> {
         try {
@@ -887,29 +913,86 @@ int MainWindow::applyFilter(const ViewFilter& f) {
     return shown;
 }
 
-void MainWindow::startJob(std::function<std::shared_ptr<LoadedPlan>(QString*)> job, const QString& what, bool open) {
+void MainWindow::startJob(std::function<std::shared_ptr<LoadedPlan>(QString*, const LayoutControl*)> job, const QString& what, bool open) {
     const auto id = ++jobId_;
     if (open) openId_ = id;
-    statusPlan_->setText(what);
-    if (runningJobs_++ == 0) QApplication::setOverrideCursor(Qt::BusyCursor);
+    // A newer open supersedes every job; a newer re-layout, the re-layouts before it (never an
+    // open). What they would deliver is dropped, so their layouts are stopped now.
+    for (auto& [older, j] : jobs_)
+        if (open || !j->open) j->stop = true;
+    auto state = std::make_shared<Job>();
+    state->what = what;
+    state->open = open;
+    jobs_[id] = state;
+    if (jobs_.size() == 1) QApplication::setOverrideCursor(Qt::BusyCursor);
+    LayoutControl control;
+    control.program = thisProgram();
+    control.stop = &state->stop;
+    if (layoutSeconds_ > 0) {
+        control.budgetSeconds = layoutSeconds_;
+        control.deadline = LayoutControl::Clock::now() + std::chrono::duration_cast<LayoutControl::Clock::duration>(
+                                                                 std::chrono::duration<double>(layoutSeconds_));
+    }
+    control.onRequest = [state](std::size_t side, std::size_t nodes, std::size_t edges) {
+        state->nodes = nodes;
+        state->edges = edges;
+        state->side = static_cast<int>(side);
+    };
+    updateLayoutProgress();
+    layoutTimer_->start();
     // One watcher per job: a newer job never cancels the delivery of an older one, which is
     // simply dropped when it arrives (value in, value out; GUI state touched only here).
     auto* watcher = new QFutureWatcher<std::pair<std::shared_ptr<LoadedPlan>, QString>>(this);
-    connect(watcher, &QFutureWatcherBase::finished, this, [this, watcher, id, open] {
+    connect(watcher, &QFutureWatcherBase::finished, this, [this, watcher, id, open, state] {
         auto [loaded, error] = watcher->result();
         watcher->deleteLater();
-        if (--runningJobs_ == 0) QApplication::restoreOverrideCursor();
-        onLoaded(id, std::move(loaded), error, open);
+        jobs_.erase(id);
+        if (jobs_.empty()) {
+            QApplication::restoreOverrideCursor();
+            layoutTimer_->stop();
+        }
+        updateLayoutProgress();
+        onLoaded(id, std::move(loaded), error, open, state->stop.load());
     });
-    watcher->setFuture(QtConcurrent::run([job]() -> std::pair<std::shared_ptr<LoadedPlan>, QString> {
+    // The job holds its state (and the control pointing into it) until it ends.
+    watcher->setFuture(QtConcurrent::run([job, state, control]() -> std::pair<std::shared_ptr<LoadedPlan>, QString> {
         QString error;
         try {
-            auto loaded = job(&error);
+            auto loaded = job(&error, &control);
             return {loaded, error};
         } catch (const std::exception& e) {
             return {nullptr, QString::fromUtf8(e.what())};
         }
     }));
+}
+
+void MainWindow::cancelLayout() {
+    for (auto& [id, j] : jobs_) j->stop = true;
+    updateLayoutProgress();
+}
+
+QString MainWindow::layoutProgressText() const {
+    if (jobs_.empty()) return {};
+    const auto& j = *jobs_.rbegin()->second;
+    const auto elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - j.started).count();
+    QString time = tr("%1 s").arg(elapsed, 0, 'f', 0);
+    if (layoutSeconds_ > 0) time = tr("%1 s of %2 s").arg(elapsed, 0, 'f', 0).arg(layoutSeconds_, 0, 'f', 0);
+    if (j.stop) return tr("%1 — cancelling...").arg(j.what);
+    const int side = j.side;
+    if (side < 0) return tr("%1 — reading and preparing the view (%2)...").arg(j.what, time);
+    return tr("%1 — %2 side: %L3 nodes and %L4 edges (%5)...")
+        .arg(j.what, side == 0 ? tr("logical") : tr("parallel"))
+        .arg(static_cast<qulonglong>(j.nodes.load()))
+        .arg(static_cast<qulonglong>(j.edges.load()))
+        .arg(time);
+}
+
+void MainWindow::updateLayoutProgress() {
+    const bool busy = !jobs_.empty();
+    layoutBusy_->setVisible(busy);
+    layoutCancelButton_->setVisible(busy);
+    cancelLayoutAction_->setEnabled(busy);
+    if (busy) statusPlan_->setText(layoutProgressText());
 }
 
 ViewOptions MainWindow::currentOptions() const {
@@ -919,7 +1002,8 @@ ViewOptions MainWindow::currentOptions() const {
 
 void MainWindow::openPlan(const QString& path) {
     const QString abs = QFileInfo(path).absoluteFilePath();
-    startJob([abs](QString* error) { return loadPlan(abs, nullptr, error); }, tr("Opening %1...").arg(QFileInfo(path).fileName()));
+    startJob([abs](QString* error, const LayoutControl* control) { return loadPlan(abs, nullptr, error, kMaxWrittenOutOps, control); },
+             tr("Opening %1").arg(QFileInfo(path).fileName()));
 }
 
 void MainWindow::generatePlan(const gen::GenerateOptions& options) {
@@ -927,7 +1011,7 @@ void MainWindow::generatePlan(const gen::GenerateOptions& options) {
     // the cache directory under the plan's name.
     const QString dir = QStandardPaths::writableLocation(QStandardPaths::CacheLocation) + QStringLiteral("/generated");
     startJob(
-        [options, dir](QString* error) -> std::shared_ptr<LoadedPlan> {
+        [options, dir](QString* error, const LayoutControl* control) -> std::shared_ptr<LoadedPlan> {
             QElapsedTimer t;
             t.start();
             const auto problem = gen::validate(options);
@@ -963,22 +1047,32 @@ void MainWindow::generatePlan(const gen::GenerateOptions& options) {
                 *error = path + QStringLiteral(":\n") + QString::fromStdString(res.problems.front().toString());
                 return nullptr;
             }
-            return preparePlan(std::move(res.plan), path, nullptr, error, kMaxWrittenOutOps, t);
+            return preparePlan(std::move(res.plan), path, nullptr, error, kMaxWrittenOutOps, t, control);
         },
-        tr("Generating %1...").arg(QString::fromStdString(options.model)));
+        tr("Generating %1").arg(QString::fromStdString(options.model)));
 }
 
 void MainWindow::openNnScalerPair(const QString& logicalPath, const QString& parallelPath) {
     const QString logical = QFileInfo(logicalPath).absoluteFilePath(), parallel = QFileInfo(parallelPath).absoluteFilePath();
-    startJob([logical, parallel](QString* error) { return loadNnScalerPair(logical, parallel, error); },
-             tr("Mapping %1 onto %2...").arg(QFileInfo(parallel).fileName(), QFileInfo(logical).fileName()));
+    startJob([logical, parallel](QString* error, const LayoutControl* control) {
+                 return loadNnScalerPair(logical, parallel, error, kMaxWrittenOutOps, control);
+             },
+             tr("Mapping %1 onto %2").arg(QFileInfo(parallel).fileName(), QFileInfo(logical).fileName()));
 }
 
-void MainWindow::onLoaded(quint64 id, std::shared_ptr<LoadedPlan> loaded, const QString& error, bool open) {
+void MainWindow::onLoaded(quint64 id, std::shared_ptr<LoadedPlan> loaded, const QString& error, bool open, bool cancelled) {
     // A newer open supersedes an open; a re-layout is superseded by any newer job, and is dropped
     // when the plan it laid out is no longer the one on screen.
     if (open ? id != openId_ : (id != jobId_ || (loaded && scene_->loaded() && loaded->plan != scene_->loaded()->plan))) return;
     pendingOptions_.reset();
+    if (!loaded && cancelled) {
+        // Cancelled by the user: no dialog; the plan on screen (if any) stays as it was.
+        pendingReveal_.reset();
+        updateStatus();
+        statusBar()->showMessage(open ? tr("Opening cancelled.") : tr("Layout cancelled; the view is unchanged."), 8000);
+        if (open) emit loadFailed(error.isEmpty() ? tr("cancelled") : error);
+        return;
+    }
     if (!loaded) {
         // A re-layout that fails (one past the layout bound) keeps the view on screen.
         const QString msg = error.isEmpty() ? (open ? tr("The plan could not be opened.") : tr("The view could not be laid out.")) : error;
@@ -1086,8 +1180,10 @@ void MainWindow::relayout(ViewOptions options) {
     if (!l) return;
     pendingOptions_ = options;
     auto previous = scene_->loadedShared();
-    startJob([previous, options](QString* error) { return relayoutPlan(previous->plan, previous->path, options, error, previous.get()); },
-             tr("Laying out..."), /*open=*/false);
+    startJob([previous, options](QString* error, const LayoutControl* control) {
+                 return relayoutPlan(previous->plan, previous->path, options, error, previous.get(), control);
+             },
+             tr("Laying out the view"), /*open=*/false);
 }
 
 void MainWindow::toggleRank(std::int32_t rank) {

@@ -4,6 +4,9 @@
 #include <QMainWindow>
 
 #include <array>
+#include <atomic>
+#include <chrono>
+#include <map>
 #include <memory>
 #include <optional>
 
@@ -20,6 +23,7 @@ class QLineEdit;
 class QListView;
 class QMenu;
 class QProgressBar;
+class QTimer;
 class QToolButton;
 
 namespace tv::ui {
@@ -35,17 +39,20 @@ struct StageUpdate;
 
 /// Plans stored once are drawn written out up to this many parallel ops, as stored beyond.
 constexpr std::size_t kMaxWrittenOutOps = 400000;
+/// What one layout (both sides of a view) may take before it is stopped, by default.
+constexpr double kDefaultLayoutSeconds = 120;
 /// Reads, cuts stages, builds the view and lays it out: everything a plan needs, off the GUI thread.
+/// `control`: where and within what the layout runs (null: in this thread, unbounded in time).
 std::shared_ptr<LoadedPlan> loadPlan(const QString& path, const std::set<std::int32_t>* collapsed, QString* error,
-                                     std::size_t maxWrittenOutOps = kMaxWrittenOutOps);
+                                     std::size_t maxWrittenOutOps = kMaxWrittenOutOps, const LayoutControl* control = nullptr);
 /// The same for a pair of nnScaler plans (pickled ModuleCodeGens), mapped onto the plan model.
 std::shared_ptr<LoadedPlan> loadNnScalerPair(const QString& logicalPath, const QString& parallelPath, QString* error,
-                                             std::size_t maxWrittenOutOps = kMaxWrittenOutOps);
+                                             std::size_t maxWrittenOutOps = kMaxWrittenOutOps, const LayoutControl* control = nullptr);
 /// The same for a plan already in memory (re-layout after expanding or collapsing ranks).
 /// `previous` (the plan on screen) lends what a layout does not change: the plan verified and its
 /// stages, the nnScaler pair's logical file, the injected bug.
 std::shared_ptr<LoadedPlan> relayoutPlan(std::shared_ptr<const Plan> plan, const QString& path, ViewOptions options, QString* error,
-                                         const LoadedPlan* previous = nullptr);
+                                         const LoadedPlan* previous = nullptr, const LayoutControl* control = nullptr);
 
 class MainWindow : public QMainWindow {
     Q_OBJECT
@@ -107,6 +114,17 @@ public:
     std::shared_ptr<const bugs::Mutant> mutant() const;
     /// What the bug lab says about the last run on an injected bug ("caught at ...").
     QString bugVerdict() const { return bugVerdict_; }
+    /// Whether a plan is being opened or a view laid out.
+    bool laying() const { return !jobs_.empty(); }
+    /// Stops every open and re-layout in progress (View > Cancel Layout): its layout process is
+    /// killed; the plan on screen stays. Emits loadFailed for an open it stops.
+    void cancelLayout();
+    /// What a layout may take before it is stopped (seconds; 0: no bound), and the program its
+    /// layout processes run (empty: this one, which serves --layout-process).
+    void setLayoutBudget(double seconds) { layoutSeconds_ = seconds; }
+    double layoutBudget() const { return layoutSeconds_; }
+    /// What the status bar says while a job runs (what, the side laid out, its size, the time).
+    QString layoutProgressText() const;
 
 signals:
     void planLoaded();
@@ -124,8 +142,11 @@ private:
     void buildMenus();
     /// `open`: the job opens a plan (a file, a generated plan, a buggy copy); otherwise it lays the
     /// plan on screen out again. A re-layout never supersedes an open.
-    void startJob(std::function<std::shared_ptr<LoadedPlan>(QString*)> job, const QString& what, bool open = true);
-    void onLoaded(quint64 id, std::shared_ptr<LoadedPlan> loaded, const QString& error, bool open);
+    /// The job lays out under the control it is given: in a layout process, within the budget,
+    /// stopped by Cancel Layout or by a newer job that supersedes it.
+    void startJob(std::function<std::shared_ptr<LoadedPlan>(QString*, const LayoutControl*)> job, const QString& what, bool open = true);
+    void onLoaded(quint64 id, std::shared_ptr<LoadedPlan> loaded, const QString& error, bool open, bool cancelled);
+    void updateLayoutProgress();
     ViewOptions currentOptions() const;
     void onNodeSelected(int node);
     void onNodeActivated(int node);
@@ -171,7 +192,21 @@ private:
     bool updatingFilterBar_ = false;
     quint64 jobId_ = 0;       ///< the newest job; results of older re-layouts are dropped
     quint64 openId_ = 0;      ///< the newest open; results of older opens are dropped
-    int runningJobs_ = 0;
+    /// A job in progress: what it does, and what its layout reports and obeys.
+    struct Job {
+        QString what;
+        bool open = false;
+        std::atomic<bool> stop{false};
+        std::atomic<int> side{-1};           ///< the side being laid out (0 logical, 1 parallel), -1 before
+        std::atomic<std::size_t> nodes{0}, edges{0};
+        std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+    };
+    std::map<quint64, std::shared_ptr<Job>> jobs_;
+    double layoutSeconds_ = kDefaultLayoutSeconds;
+    QTimer* layoutTimer_ = nullptr;          ///< refreshes the status bar while a job runs
+    QProgressBar* layoutBusy_ = nullptr;
+    QToolButton* layoutCancelButton_ = nullptr;
+    QAction* cancelLayoutAction_ = nullptr;
     std::optional<ViewOptions> pendingOptions_;
     std::optional<FindHit> pendingReveal_;  ///< a Find match to select once what folds it is expanded
     int revealSteps_ = 0;  ///< options of the newest re-layout not yet shown

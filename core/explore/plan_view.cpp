@@ -106,17 +106,20 @@ LayoutRequest PlanView::layoutRequest(ViewSide side, std::vector<int>& requestTo
     return req;
 }
 
-PlacedView placePlanView(const PlanView& view, double gap) {
+PlacedView placePlanView(const PlanView& view, double gap, const LayoutControl* control) {
     PlacedView out;
+    LayoutSession session(control ? *control : LayoutControl{});
     out.nodeRects.resize(view.nodes.size());
     out.groupRects.resize(view.groups.size());
     double offsetX = 0;
     for (auto side : {ViewSide::Logical, ViewSide::Parallel}) {
         std::vector<int> map;
         auto req = view.layoutRequest(side, map);
-        auto res = layoutGraph(req);
+        auto res = session.layout(req);
         if (!res.error.empty()) {
             out.error = res.error;
+            out.cancelled = res.cancelled;
+            out.overBudget = res.overBudget;
             return out;
         }
         for (std::size_t i = 0; i < map.size(); ++i) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "layout/graph_layout.hpp"
+#include "layout/layout_process.hpp"
 #include "model/plan.hpp"
 #include "verify/stages.hpp"
 
@@ -121,10 +122,13 @@ struct PlacedView {
     std::vector<std::vector<Point>> dataflowPaths;     ///< logical edges, then parallel edges
     std::vector<Point> dataflowTips;
     Rect logicalBounds, parallelBounds;
-    std::string error;
+    std::string error;                                 ///< non-empty if the view was not laid out: why
+    bool cancelled = false, overBudget = false;        ///< the layout was stopped (error says so)
 };
 
-PlacedView placePlanView(const PlanView& view, double gap = 240);
+/// Lays out both sides, in this process, or under `control` (layout_process.hpp: in a layout
+/// process that a cancel or the budget stops; onRequest reports side 0, the logical one, then 1).
+PlacedView placePlanView(const PlanView& view, double gap = 240, const LayoutControl* control = nullptr);
 
 /// What the explorer's filters keep visible. -1 / empty means "any". Rank, coordinate and
 /// microbatch filters apply to the parallel side; op kind and phase to both.

@@ -47,7 +47,9 @@ struct LayoutResult {
     std::vector<Point> edgeTips;                 ///< where the arrowhead points (end of the path if none)
     std::vector<Rect> clusterBoxes;
     Rect bounds;
-    std::string error;                           ///< non-empty if Graphviz failed
+    std::string error;                           ///< non-empty if nothing was laid out: why
+    bool cancelled = false;                      ///< a LayoutSession was stopped (error says so)
+    bool overBudget = false;                     ///< a LayoutSession ran past its deadline (error says so)
 };
 
 /// The most nodes (and edges) one layout hands to dot. Dot cannot be interrupted, and its time

@@ -1,20 +1,11 @@
 #include "verify/solver_process.hpp"
 
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <map>
 #include <new>
 #include <optional>
@@ -26,53 +17,12 @@
 #include "verify/stages.hpp"
 #include "verify/symmetry.hpp"
 
-extern char** environ;
-
 namespace tv {
 
 namespace {
 
 // Exit status of a solver process that runs out of memory outside a stage's check.
 constexpr int kOutOfMemory = 10;
-// The fd a solver process finds its socket on.
-constexpr int kChannelFd = 3;
-
-bool sendAll(int fd, const void* data, std::size_t n) {
-    const char* p = static_cast<const char*>(data);
-    while (n > 0) {
-        ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return false;
-        p += w;
-        n -= static_cast<std::size_t>(w);
-    }
-    return true;
-}
-
-bool receiveAll(int fd, void* data, std::size_t n) {
-    char* p = static_cast<char*>(data);
-    while (n > 0) {
-        ssize_t r = ::recv(fd, p, n, 0);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return false;
-        p += r;
-        n -= static_cast<std::size_t>(r);
-    }
-    return true;
-}
-
-// A frame: its length (8 bytes, host order: both ends are this machine), then its bytes.
-bool sendFrame(int fd, const std::string& text) {
-    const std::uint64_t n = text.size();
-    return sendAll(fd, &n, sizeof n) && sendAll(fd, text.data(), text.size());
-}
-
-bool receiveFrame(int fd, std::string& text) {
-    std::uint64_t n = 0;
-    if (!receiveAll(fd, &n, sizeof n) || n > (std::uint64_t{1} << 40)) return false;
-    text.resize(static_cast<std::size_t>(n));
-    return receiveAll(fd, text.data(), text.size());
-}
 
 /// Bytes of address space this process has mapped (/proc/self/statm, first field, in pages).
 std::uint64_t mappedBytes() {
@@ -97,96 +47,29 @@ StageResult stoppedResult(std::uint32_t stage, std::string message) {
     return r;
 }
 
-std::string signalName(int sig) {
-    const char* abbrev = sigabbrev_np(sig);
-    return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
-}
-
 nlohmann::json checkOptionsJson(const CheckOptions& o) {
     return {{"timeout_ms", o.timeoutMs}, {"reduce", o.reduceShapes}, {"trace", o.keepTrace}, {"max_elements", o.maxElements}};
 }
 
 }  // namespace
 
-std::string thisProgram() {
-    // The kernel's link to this process's executable: it still runs this program when the file
-    // has been replaced or deleted since (a rebuild or an upgrade during a run).
-    return "/proc/self/exe";
-}
-
 SolverProcess::SolverProcess(std::string program, std::shared_ptr<const std::string> planText, std::uint64_t memoryMiB)
-    : program_(std::move(program)), planText_(std::move(planText)), memoryMiB_(memoryMiB) {}
+    : process_(std::move(program), "--solver-process", "solver process"), planText_(std::move(planText)), memoryMiB_(memoryMiB) {}
 
 SolverProcess::~SolverProcess() { kill(); }
 
 void SolverProcess::kill() {
-    if (pid_ > 0) {
-        ::kill(pid_, SIGKILL);
-        int status = 0;
-        while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
-        }
-    }
-    if (pidfd_ >= 0) ::close(pidfd_);
-    if (channel_ >= 0) ::close(channel_);
-    pid_ = -1;
-    pidfd_ = channel_ = -1;
+    process_.kill();
     ready_ = false;
     sentExpansions_.clear();
 }
 
 bool SolverProcess::start(std::string& why) {
-    int pair[2];
-    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
-        why = std::string("cannot start a solver process: socketpair: ") + std::strerror(errno);
-        return false;
-    }
-    // dup2 onto the same number would keep close-on-exec: move the child's end out of the way.
-    if (pair[1] == kChannelFd) {
-        const int moved = ::fcntl(pair[1], F_DUPFD_CLOEXEC, kChannelFd + 1);
-        ::close(pair[1]);
-        pair[1] = moved;
-    }
-    posix_spawn_file_actions_t actions;
-    posix_spawnattr_t attr;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, pair[1], kChannelFd);
-    posix_spawnattr_init(&attr);
-    // Ctrl-C at the terminal reaches the whole process group: the verifier takes it and stops
-    // its solver processes itself, so they keep SIGINT and SIGTERM blocked.
-    sigset_t blocked;
-    sigemptyset(&blocked);
-    sigaddset(&blocked, SIGINT);
-    sigaddset(&blocked, SIGTERM);
-    sigset_t defaults;
-    sigemptyset(&defaults);
-    sigaddset(&defaults, SIGPIPE);
-    posix_spawnattr_setsigmask(&attr, &blocked);
-    posix_spawnattr_setsigdefault(&attr, &defaults);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-    const std::string fdText = std::to_string(kChannelFd);
-    std::vector<char*> argv = {const_cast<char*>(program_.c_str()), const_cast<char*>("--solver-process"), const_cast<char*>(fdText.c_str()),
-                               nullptr};
-    pid_t pid = -1;
-    const int rc = ::posix_spawn(&pid, program_.c_str(), &actions, &attr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    posix_spawnattr_destroy(&attr);
-    ::close(pair[1]);
-    if (rc != 0) {
-        ::close(pair[0]);
-        why = "cannot start a solver process (" + program_ + "): " + std::strerror(rc);
-        return false;
-    }
-    channel_ = pair[0];
-    pid_ = pid;
-    owner_ = std::this_thread::get_id();
-    pidfd_ = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-    if (pidfd_ < 0) {
-        why = std::string("cannot watch the solver process: pidfd_open: ") + std::strerror(errno);
-        kill();
-        return false;
-    }
+    if (process_.running()) return true;
+    kill();
+    if (!process_.start(why)) return false;
     const nlohmann::json hello = {{"parent", static_cast<long long>(::getpid())}, {"memory_mib", memoryMiB_}};
-    if (!sendFrame(channel_, hello.dump()) || !sendFrame(channel_, *planText_)) {
+    if (!process_.send(hello.dump()) || !process_.send(*planText_)) {
         // It ended at once (a program that does not serve --solver-process): its status says why.
         why = ended(0).failure->message;
         return false;
@@ -195,84 +78,51 @@ bool SolverProcess::start(std::string& why) {
 }
 
 StageResult SolverProcess::ended(std::uint32_t resultStage) {
-    int status = 0;
-    pid_t waited = -1;
-    if (pid_ > 0)
-        while ((waited = ::waitpid(pid_, &status, 0)) < 0 && errno == EINTR) {
-        }
-    pid_ = -1;
+    const int status = process_.ended();
     kill();
     const std::string limit = memoryMiB_ > 0 ? " (its memory limit is " + std::to_string(memoryMiB_) + " MiB)" : std::string();
-    if (waited > 0 && WIFEXITED(status) && WEXITSTATUS(status) == kOutOfMemory)
+    if (status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == kOutOfMemory)
         return stoppedResult(resultStage, "out of memory in the solver process" + limit);
-    if (waited > 0 && WIFSIGNALED(status)) {
+    if (status >= 0 && WIFSIGNALED(status)) {
         std::string m = "the solver process for this stage ended with " + signalName(WTERMSIG(status));
         if (memoryMiB_ > 0) m += limit + ": most likely it ran out of memory";
         return stoppedResult(resultStage, m);
     }
-    return stoppedResult(resultStage, "the solver process (" + program_ + ") ended without a result (exit status " +
-                                          std::to_string(waited > 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1) + ")");
+    return stoppedResult(resultStage, "the solver process (" + process_.program() + ") ended without a result (exit status " +
+                                          std::to_string(status >= 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1) + ")");
 }
 
 bool SolverProcess::receive(std::string& frame, std::uint32_t resultStage, Clock::time_point deadline, const std::atomic<bool>& stop,
                             const std::string& deadlineReason, bool& stopped, StageResult& result) {
-    frame.clear();
-    std::uint64_t expected = 0;
-    bool haveLength = false;
-    std::string bytes;
-    char buf[65536];
-    for (;;) {
-        if (stop.load()) {
+    std::string error;
+    switch (process_.receive(frame, deadline, stop, error)) {
+        case HelperProcess::Wait::Frame:
+            return true;
+        case HelperProcess::Wait::Stopped:
             kill();
             stopped = true;
             result = stoppedResult(resultStage, "cancelled while the solver ran");
             return false;
-        }
-        const auto now = Clock::now();
-        if (now >= deadline) {
+        case HelperProcess::Wait::Deadline:
             kill();
             result = stoppedResult(resultStage, deadlineReason);
             return false;
-        }
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count();
-        pollfd fds[2] = {{channel_, POLLIN, 0}, {pidfd_, POLLIN, 0}};
-        const int ready = ::poll(fds, 2, static_cast<int>(std::min<long long>(50, left + 1)));
-        if (ready < 0 && errno != EINTR) {
+        case HelperProcess::Wait::Failed:
             kill();
-            result = stoppedResult(resultStage, std::string("cannot wait for the solver process: ") + std::strerror(errno));
+            result = stoppedResult(resultStage, error);
             return false;
-        }
-        if (ready <= 0) continue;
-        if (fds[0].revents & POLLIN) {
-            const ssize_t r = ::recv(channel_, buf, sizeof buf, 0);
-            if (r < 0 && errno == EINTR) continue;
-            if (r > 0) {
-                bytes.append(buf, static_cast<std::size_t>(r));
-                if (!haveLength && bytes.size() >= sizeof expected) {
-                    std::memcpy(&expected, bytes.data(), sizeof expected);
-                    bytes.erase(0, sizeof expected);
-                    haveLength = true;
-                }
-                if (haveLength && bytes.size() >= expected) {
-                    frame = bytes.substr(0, static_cast<std::size_t>(expected));
-                    return true;
-                }
-                continue;
-            }
-            // Closed: the process is gone, or going; its status says why.
-        } else if (!(fds[1].revents & POLLIN) && !(fds[0].revents & (POLLHUP | POLLERR))) {
-            continue;
-        }
-        result = ended(resultStage);
-        return false;
+        case HelperProcess::Wait::Ended:
+            break;
     }
+    result = ended(resultStage);
+    return false;
 }
 
 StageResult SolverProcess::run(const SolverJob& job, std::uint32_t resultStage, Clock::time_point deadline, const std::atomic<bool>& stop,
                                const std::string& deadlineReason, bool& stopped) {
     stopped = false;
     std::string why;
-    if (pid_ < 0 && !start(why)) return stoppedResult(resultStage, why);
+    if (!process_.running() && !start(why)) return stoppedResult(resultStage, why);
     StageResult failed;
     std::string frame;
     auto message = [&](const std::string& text) -> std::optional<nlohmann::json> {
@@ -301,7 +151,7 @@ StageResult SolverProcess::run(const SolverJob& job, std::uint32_t resultStage, 
         request["cross"] = *job.cross;
         sentExpansions_.push_back(job.expansion);
     }
-    if (!sendFrame(channel_, request.dump())) return ended(resultStage);
+    if (!process_.send(request.dump())) return ended(resultStage);
     if (!receive(frame, resultStage, deadline, stop, deadlineReason, stopped, failed)) return failed;
     auto reply = message(frame);
     if (!reply) return failed;
@@ -341,8 +191,7 @@ int serveSolverProcess(int fd) {
         const auto hello = nlohmann::json::parse(frame);
         // End with the verifier's thread that started us, however it ends; if it is already gone,
         // end now.
-        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (::getppid() != static_cast<pid_t>(hello.at("parent").get<long long>())) return 0;
+        if (!bindToParent(hello.at("parent").get<long long>())) return 0;
         const auto memoryMiB = hello.at("memory_mib").get<std::uint64_t>();
         if (!receiveFrame(fd, frame)) return 0;
         auto loaded = readPlanText(frame);

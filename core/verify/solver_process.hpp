@@ -3,9 +3,8 @@
 // A Z3 call honours its timeout and interrupt() only where it polls for them; some tactics do
 // not (tests/data/open: a ring-attention stage ran 10 minutes past a 2 s timeout), and a thread
 // cannot be stopped from outside. A process can. The verifier starts one solver process per
-// worker: a fresh program (posix_spawn of `PROGRAM --solver-process 3`, the socket on fd 3), never
-// a fork of this one (a fork copies the locks and timer threads Z3 keeps in a process that has
-// run it, and the child can deadlock on them: seen, one stage in thirty). It sends the plan once in
+// worker, a helper process (process/helper_process.hpp: `PROGRAM --solver-process 3`, never a
+// fork of this one, which can deadlock on the locks Z3 keeps: seen, one stage in thirty). It sends the plan once in
 // its canonical form; the process reads it with the validating reader and cuts its stages as the
 // verifier did. For each job it sends the stage (and, for a stage written out for every replica,
 // the stored stages that were written out together, so the process writes them out alike) with
@@ -16,8 +15,7 @@
 // When the run is cancelled or reaches its deadline, or a stage runs past its own bound, the
 // process is killed and the stage is INCONCLUSIVE with the reason; a process that runs out of
 // memory or crashes ends only its stage, with the reason, and the next stage gets a new process.
-// A solver process ends with the thread that started it (PR_SET_PDEATHSIG), so no solver outlives
-// the verifier, however it ends. Linux only (posix_spawn, pidfd, prctl).
+// A solver process ends with the thread that started it, so no solver outlives the verifier.
 #pragma once
 
 #include <sys/types.h>
@@ -30,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "process/helper_process.hpp"
 #include "verify/check.hpp"
 
 namespace tv {
@@ -70,24 +69,21 @@ public:
     /// thread that started it: one started here lives as long as the calling thread.
     bool start(std::string& why);
     /// Whether a process runs that the calling thread started (it lives as long as that thread).
-    bool startedHere() const { return pid_ > 0 && owner_ == std::this_thread::get_id(); }
+    bool startedHere() const { return process_.startedHere(); }
     /// Ends the process, if one runs.
     void stop() { kill(); }
 
 private:
     void kill();
-    /// Waits for one reply frame; on anything else returns nullopt with `result` set to the reason.
+    /// Waits for one reply frame; on anything else returns false with `result` set to the reason.
     bool receive(std::string& frame, std::uint32_t resultStage, Clock::time_point deadline, const std::atomic<bool>& stop,
                  const std::string& deadlineReason, bool& stopped, StageResult& result);
     StageResult ended(std::uint32_t resultStage);
 
-    std::string program_;
+    HelperProcess process_;
     std::shared_ptr<const std::string> planText_;
     std::uint64_t memoryMiB_;
-    pid_t pid_ = -1;
-    int pidfd_ = -1, channel_ = -1;  ///< a pidfd of the process, and our end of its socket pair
     bool ready_ = false;             ///< the process has read the plan
-    std::thread::id owner_;          ///< the thread that started it
     std::vector<std::int32_t> sentExpansions_;
 };
 
@@ -95,8 +91,5 @@ private:
 /// that verifies in solver processes calls this first thing when its arguments are
 /// `--solver-process FD` (trainverify and trainverify-studio do). Returns the exit status.
 int solverProcessMain(int fd);
-
-/// The program that solver processes run when VerifyOptions::solverProgram is empty: this one.
-std::string thisProgram();
 
 }  // namespace tv
