@@ -29,6 +29,7 @@
 #include "nnscaler/nnscaler_pair.hpp"
 #include "nnscaler/nnscaler_plan.hpp"
 #include "pickle/pickle.hpp"
+#include "session/session.hpp"
 #include "verify/symmetry.hpp"
 #include "ops/registry.hpp"
 #include "verify/oracle.hpp"
@@ -248,36 +249,6 @@ int usageError(const std::string& msg) {
     return 3;
 }
 
-struct Loaded {
-    std::unique_ptr<tv::Plan> plan;
-    tv::VerifyReport invalid;
-    double seconds = 0;
-};
-
-Loaded load(const std::string& path) {
-    auto t0 = std::chrono::steady_clock::now();
-    auto res = tv::readPlanFile(path);
-    Loaded l;
-    l.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (!res.ok()) {
-        for (auto& p : res.problems) p.path = path + (p.path.empty() ? "" : ": " + p.path);
-        l.invalid = tv::invalidReport(std::move(res.problems));
-        return l;
-    }
-    l.plan = std::move(res.plan);
-    return l;
-}
-
-/// A pair of nnScaler plans mapped onto the plan model, or the report that says why not.
-Loaded importNnScaler(const std::string& logicalPath, const std::string& parallelPath, tv::nnscaler::PairLoad& pair) {
-    pair = tv::nnscaler::loadPair(logicalPath, parallelPath);
-    Loaded l;
-    l.seconds = pair.seconds;
-    if (pair.plan) l.plan = std::move(pair.plan);
-    else l.invalid = pair.report;
-    return l;
-}
-
 bool parseUnsigned(const std::string& s, double& out) {
     try {
         std::size_t pos = 0;
@@ -415,17 +386,12 @@ int cmdVerify(const std::vector<std::string>& args) {
     if (!pair && path.empty()) return usageError("verify needs a plan file (or --logical Gs.pkl --parallel Gp.pkl)");
     limitMemory(opts.memoryMiB);
     RunGuard guard(opts.runSeconds);
-    tv::nnscaler::PairLoad mapped;
-    auto loaded = pair ? importNnScaler(logicalPath, parallelPath, mapped) : load(path);
-    if (pair) path = parallelPath;
-    tv::VerifyReport report = loaded.plan ? verifyGuarded(*loaded.plan, opts, guard) : std::move(loaded.invalid);
-    report.timing.load = loaded.seconds;
-    report.timing.total += loaded.seconds;
-    if (pair) tv::nnscaler::applyMappingLimits(mapped, report);
-    auto json = tv::reportToJson(report);
-    if (loaded.plan) json["plan"] = {{"file", path}, {"name", loaded.plan->name}};
-    if (pair) json["nnscaler"] = {{"logical", logicalPath}, {"parallel", parallelPath}};
-    json["peak_memory_kb"] = tv::peakMemoryKb();
+    auto opened = pair ? tv::session::openNnScalerPair(logicalPath, parallelPath) : tv::session::openPlanFile(path);
+    tv::VerifyReport report = opened.ok() ? verifyGuarded(*opened.opened->plan, opts, guard) : std::move(opened.refusal);
+    report.timing.load = opened.seconds;
+    report.timing.total += opened.seconds;
+    if (opened.ok()) tv::session::finishReport(*opened.opened, report);
+    const auto json = tv::session::reportDocument(opened.source, opened.opened.get(), report);
     if (jsonOut == "-") {
         std::cout << json.dump(2) << "\n";
     } else {
@@ -439,12 +405,7 @@ int cmdVerify(const std::vector<std::string>& args) {
             f << json.dump(2) << "\n";
         }
     }
-    if (!htmlOut.empty()) {
-        tv::HtmlReportOptions ho;
-        ho.title = loaded.plan && !loaded.plan->name.empty() ? loaded.plan->name : path;
-        ho.planFile = path;
-        if (!writeOutput(htmlOut, tv::reportToHtml(report, ho))) return 3;
-    }
+    if (!htmlOut.empty() && !writeOutput(htmlOut, tv::session::reportHtml(opened.source, opened.opened.get(), report))) return 3;
     return tv::exitCode(report.verdict);
 }
 
@@ -557,14 +518,14 @@ int cmdInspect(const std::vector<std::string>& args) {
     }
     if (path.empty()) return usageError("inspect needs a plan file");
     if (isPickleFile(path)) return inspectPickle(path, asJson);
-    auto loaded = load(path);
-    if (!loaded.plan) {
-        std::cout << tv::reportToText(loaded.invalid);
+    const auto opened = tv::session::openPlanFile(path);
+    if (!opened.ok()) {
+        std::cout << tv::reportToText(opened.refusal);
         return 3;
     }
     // Counts are of the plan written out (counted, not written); a plan stored with replicas also
     // reports what it stores. Stages are one per lineage record either way.
-    const auto& p = *loaded.plan;
+    const auto& p = *opened.opened->plan;
     const bool compact = p.replication.active();
     const auto out = tv::writtenOutCounts(p);
     auto sp = tv::cutStages(p);
@@ -726,33 +687,22 @@ int cmdGenerate(const std::vector<std::string>& args) {
         else return usageError("generate: unknown option " + a);
     }
     if (outPath.empty()) return usageError("generate needs -o PLAN.json");
-    if (auto err = tv::gen::validate(o); !err.empty()) {
-        std::fprintf(stderr, "trainverify: invalid configuration: %s\n", err.c_str());
+    const auto generated = tv::session::generatePlan(o);
+    if (!generated.ok()) {
+        std::fprintf(stderr, "trainverify: %s\n", generated.error().c_str());
         return 3;
     }
-    auto t0 = std::chrono::steady_clock::now();
-    // The repeats are found once, by the writer, on the plan as read.
-    auto written = o;
-    if (written.format == 3) written.format = 2;
-    auto doc = tv::gen::generatePlan(written);
-    // Everything written goes through the validating reader and the canonical writer.
-    auto read = tv::readPlanJson(doc);
-    if (!read.ok()) {
-        std::fprintf(stderr, "trainverify: internal error: the generated plan is invalid:\n");
-        for (const auto& p : read.problems) std::fprintf(stderr, "  %s\n", p.toString().c_str());
+    const auto& plan = *generated.plan;
+    std::string error;
+    if (outPath == "-" ? !writeOutput(outPath, generated.text) : !tv::session::writeFileAtomically(outPath, generated.text, &error)) {
+        if (!error.empty()) std::fprintf(stderr, "trainverify: %s\n", error.c_str());
         return 3;
     }
-    doc = nlohmann::json();
-    auto& plan = *read.plan;
-    plan.storedWithRepeats = o.format == 3;
-    auto text = tv::writePlanText(plan);
-    if (!writeOutput(outPath, text)) return 3;
-    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (outPath != "-")
         std::fprintf(stderr, "generated %s: %zu logical ops, %zu parallel ops%s, %zu lineage records, %.1f MB in %.2f s\n",
                      outPath.c_str(), plan.logical.ops.size(), plan.parallel.ops.size(),
                      plan.replication.active() ? (" (" + tv::storedOnce(plan.replication) + ")").c_str() : "",
-                     plan.lineage.size(), static_cast<double>(text.size()) / 1e6, secs);
+                     plan.lineage.size(), static_cast<double>(generated.text.size()) / 1e6, generated.seconds);
     if (verifyAfter) {
         if (outPath == "-") return usageError("--verify needs -o FILE");
         return cmdVerify({outPath});
@@ -774,21 +724,21 @@ int cmdConvert(const std::vector<std::string>& args) {
         }
     }
     if (logicalPath.empty() || parallelPath.empty() || outPath.empty()) return usageError("convert needs --logical Gs.pkl --parallel Gp.pkl -o PLAN.json");
-    tv::nnscaler::PairLoad mapped;
-    auto loaded = importNnScaler(logicalPath, parallelPath, mapped);
-    if (!loaded.plan) {
-        std::cerr << tv::reportToText(loaded.invalid);
-        return tv::exitCode(loaded.invalid.verdict);
+    const auto opened = tv::session::openNnScalerPair(logicalPath, parallelPath);
+    if (!opened.ok()) {
+        std::cerr << tv::reportToText(opened.refusal);
+        return tv::exitCode(opened.refusal.verdict);
     }
-    auto text = tv::writePlanText(*loaded.plan);
+    const auto& plan = *opened.opened->plan;
+    auto text = tv::writePlanText(plan);
     if (!writeOutput(outPath, text)) return 3;
     if (outPath != "-") {
         std::fprintf(stderr, "converted %s: %zu logical ops, %zu parallel ops on %zu ranks, %zu lineage records, %.1f MB in %.2f s\n", outPath.c_str(),
-                     loaded.plan->logical.ops.size(), loaded.plan->parallel.ops.size(), loaded.plan->ranks.size(), loaded.plan->lineage.size(),
-                     static_cast<double>(text.size()) / 1e6, loaded.seconds);
+                     plan.logical.ops.size(), plan.parallel.ops.size(), plan.ranks.size(), plan.lineage.size(),
+                     static_cast<double>(text.size()) / 1e6, opened.seconds);
     }
-    for (const auto& n : mapped.notes) std::fprintf(stderr, "note: %s\n", n.c_str());
-    for (const auto& u : mapped.unchecked) std::fprintf(stderr, "note: not checked: %s (verify would be INCONCLUSIVE at best)\n", u.c_str());
+    for (const auto& n : opened.opened->mappingNotes) std::fprintf(stderr, "note: %s\n", n.c_str());
+    for (const auto& u : opened.opened->mappingUnchecked) std::fprintf(stderr, "note: not checked: %s (verify would be INCONCLUSIVE at best)\n", u.c_str());
     return 0;
 }
 
@@ -828,9 +778,9 @@ int cmdMutate(const std::vector<std::string>& args) {
             return usageError("mutate takes one plan file");
         }
     }
-    const bool pairGiven = !logicalPath.empty() || !parallelPath.empty();
+    const bool pair = !logicalPath.empty() || !parallelPath.empty();
     if (list) {
-        if (!path.empty() || !bug.empty() || pairGiven) return usageError("mutate --list takes no plan and no --bug");
+        if (!path.empty() || !bug.empty() || pair) return usageError("mutate --list takes no plan and no --bug");
         if (!jsonOut.empty()) return writeOutput(jsonOut, tv::bugs::catalogJson().dump(2) + "\n") ? 0 : 3;
         for (const auto& k : tv::bugs::catalog()) {
             std::string paper = k.paperCase ? " [paper #" + std::to_string(k.paperCase) + "]" : "";
@@ -839,7 +789,6 @@ int cmdMutate(const std::vector<std::string>& args) {
         }
         return 0;
     }
-    const bool pair = !logicalPath.empty() || !parallelPath.empty();
     if (pair && (logicalPath.empty() || parallelPath.empty())) return usageError("--logical and --parallel go together");
     if (pair && !path.empty()) return usageError("mutate takes a plan file or --logical and --parallel, not both");
     if (!pair && path.empty()) return usageError("mutate needs a plan file (or --list)");
@@ -847,13 +796,12 @@ int cmdMutate(const std::vector<std::string>& args) {
     if (!tv::bugs::findBug(bug)) return usageError("unknown bug \"" + bug + "\" (trainverify mutate --list shows the catalog)");
     if (!listSites && outPath.empty() && !verifyAfter) return usageError("mutate needs -o BUGGY.json (or --verify, or --sites)");
     if (!jsonOut.empty() && !verifyAfter) return usageError("mutate: --json goes with --verify (or --list)");
-    tv::nnscaler::PairLoad mapped;
-    auto loaded = pair ? importNnScaler(logicalPath, parallelPath, mapped) : load(path);
-    if (!loaded.plan) {
-        std::cerr << tv::reportToText(loaded.invalid);
+    const auto opened = pair ? tv::session::openNnScalerPair(logicalPath, parallelPath) : tv::session::openPlanFile(path);
+    if (!opened.ok()) {
+        std::cerr << tv::reportToText(opened.refusal);
         return 3;
     }
-    const auto& plan = *loaded.plan;
+    const auto& plan = *opened.opened->plan;
     if (listSites) {
         std::vector<tv::bugs::Site> sites;
         try {
@@ -871,13 +819,12 @@ int cmdMutate(const std::vector<std::string>& args) {
         return 0;
     }
     auto t0 = std::chrono::steady_clock::now();
-    tv::bugs::Mutant m;
-    try {
-        m = tv::bugs::mutate(plan, bug, mo);
-    } catch (const tv::bugs::MutationError& e) {
-        std::fprintf(stderr, "trainverify: mutate: %s\n", e.what());
+    const auto injected = tv::session::injectBug(*opened.opened, bug, mo);
+    if (!injected.error.empty()) {
+        std::fprintf(stderr, "trainverify: mutate: %s\n", injected.error.c_str());
         return 3;
     }
+    const auto& m = *injected.mutant;
     const double mutateSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::string where = m.site.ops.front();
     std::string ranks;
@@ -893,19 +840,19 @@ int cmdMutate(const std::vector<std::string>& args) {
     if (plan.expect.is_object() && plan.expect.value("verdict", "equivalent") != "equivalent")
         std::fprintf(stderr, "note: the plan is expected to be %s already; the verifier may report its own bug first\n",
                      plan.expect.value("verdict", "").c_str());
-    if (!m.plan && !m.problems.empty())
+    if (!injected.opened && !m.problems.empty())
         std::fprintf(stderr, "note: the reader rejects the mutant, so verify reports INVALID: %s\n", m.problems.front().toString().c_str());
     if (!verifyAfter) return 0;
     auto t1 = std::chrono::steady_clock::now();
     limitMemory(vo.memoryMiB);
     RunGuard guard(vo.runSeconds);
-    tv::VerifyReport report = m.plan ? verifyGuarded(*m.plan, vo, guard) : tv::invalidReport(m.problems);
+    tv::VerifyReport report = injected.opened ? verifyGuarded(*injected.opened->plan, vo, guard) : tv::invalidReport(m.problems);
+    if (injected.opened) tv::session::finishReport(*injected.opened, report);
     const double verifySeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
-    std::string why;
-    const bool ok = tv::bugs::caught(m, report, &why);
+    const auto judgement = tv::session::judgeBug(m, report);
+    const bool ok = judgement.caught;
     if (jsonOut != "-") std::cout << tv::reportToText(report);
-    std::string line = std::string(ok ? "bug lab: caught" : "bug lab: NOT CAUGHT AS EXPECTED") + ": " + why;
-    (jsonOut == "-" ? std::cerr : std::cout) << line << "\n";
+    (jsonOut == "-" ? std::cerr : std::cout) << "bug lab: " << judgement.outcome() << ": " << judgement.detail << "\n";
     if (!jsonOut.empty()) {
         nlohmann::json j = {{"bug", bug},
                             {"site", m.site.ops},
@@ -913,7 +860,7 @@ int cmdMutate(const std::vector<std::string>& args) {
                             {"written_out", m.site.writtenOut},
                             {"change", m.change},
                             {"caught", ok},
-                            {"detail", why},
+                            {"detail", judgement.detail},
                             {"mutate_seconds", mutateSeconds},
                             {"verify_seconds", verifySeconds},
                             {"report", tv::reportToJson(report)}};
@@ -950,12 +897,12 @@ int cmdOracle(const std::vector<std::string>& args) {
         }
     }
     if (path.empty()) return usageError("oracle needs a plan file");
-    auto loaded = load(path);
-    if (!loaded.plan) {
-        std::cout << tv::reportToText(loaded.invalid);
+    const auto opened = tv::session::openPlanFile(path);
+    if (!opened.ok()) {
+        std::cout << tv::reportToText(opened.refusal);
         return 3;
     }
-    auto res = tv::runOracle(*loaded.plan, oo);
+    auto res = tv::runOracle(*opened.opened->plan, oo);
     if (asJson) {
         nlohmann::json j = {{"status", std::string(tv::toString(res.status))}, {"elements", res.elements}, {"summary", res.summary()}};
         j["mismatches"] = nlohmann::json::array();

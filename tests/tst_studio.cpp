@@ -304,7 +304,7 @@ private slots:
         // Ranks 2 and 3 (replica 1) hold nothing as stored and are not drawn.
         QCOMPARE(static_cast<int>(stored->view.count(ViewSide::Parallel, ViewNodeKind::CollapsedRank)), 2);
         // The note survives a re-layout.
-        auto again = relayoutPlan(stored->plan, stored->path, ViewOptions{}, &error);
+        auto again = relayoutPlan(*stored, ViewOptions{}, &error);
         QVERIFY(again);
         QCOMPARE(again->storedNote, stored->storedNote);
     }
@@ -396,7 +396,7 @@ private slots:
         const auto* l = w.scene()->loaded();
         QVERIFY(l);
         QCOMPARE(l->plan->ranks.size(), std::size_t(8));
-        QVERIFY(l->logicalPath.endsWith("mlp_mgener_dp1_pp1_tp1_nm1_gbs16_dim1024_ly2.pkl"));
+        QVERIFY(l->logicalPath().endsWith("mlp_mgener_dp1_pp1_tp1_nm1_gbs16_dim1024_ly2.pkl"));
         QVERIFY(!l->view.nodes.empty());
         QVERIFY(!l->stages.stages.empty());
         QSignalSpy failed(&w, &MainWindow::loadFailed);

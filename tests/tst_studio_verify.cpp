@@ -108,6 +108,29 @@ private slots:
         QVERIFY(painted > 0);
     }
 
+    // The Studio finishes its reports as the command line does (session::finishReport): a pair of
+    // nnScaler plans whose mapping could not make a final claim is never EQUIVALENT in the Studio,
+    // however many stages are proven (it had been: the Studio dropped what the mapping left).
+    void theStudioLimitsAPairsReportAsTheCommandLineDoes() {
+        auto opened = session::openPlanFile(example(QStringLiteral("mlp-tp2.json")).toStdString());
+        QVERIFY(opened.ok());
+        auto pair = std::make_shared<session::OpenedPlan>(*opened.opened);
+        pair->source.logicalPath = "logical.pkl";
+        pair->mappingUnchecked = {"the loss"};
+        for (const auto& [plan, expected] : {std::pair{std::shared_ptr<const session::OpenedPlan>(opened.opened), Verdict::Equivalent},
+                                             std::pair{std::shared_ptr<const session::OpenedPlan>(pair), Verdict::Inconclusive}}) {
+            VerificationController controller;
+            QSignalSpy finished(&controller, &VerificationController::finished);
+            VerifyOptions o;
+            o.jobs = 2;
+            controller.start(plan, o);
+            QVERIFY(finished.wait(120000));
+            const auto report = finished.at(0).at(1).value<std::shared_ptr<const VerifyReport>>();
+            QVERIFY(report);
+            QCOMPARE(toString(report->verdict), toString(expected));
+        }
+    }
+
     // Cancel (here from a worker, as the 2nd stage starts) ends the run inconclusive with the rest
     // skipped; Verify is available again and a second run proves the plan.
     void cancelStopsARunAndLeavesTheWindowUsable() {
@@ -383,7 +406,7 @@ private slots:
         QVERIFY(openAndWait(w, example(file)));
         const auto before = w.scene()->loaded()->plan;
         {
-            BugDialog dlg(w.scene()->loaded()->source, &w);
+            BugDialog dlg(w.scene()->loaded()->verifiedPlan(), &w);
             QSignalSpy found(&dlg, &BugDialog::sitesFound);
             dlg.selectBug(bug);
             QVERIFY(found.wait(60000));
@@ -420,7 +443,7 @@ private slots:
     void bugThatDoesNotApplyIsRefused() {
         MainWindow w;
         QVERIFY(openAndWait(w, example(QStringLiteral("mlp-tp2.json"))));
-        BugDialog dlg(w.scene()->loaded()->source, &w);
+        BugDialog dlg(w.scene()->loaded()->verifiedPlan(), &w);
         QSignalSpy found(&dlg, &BugDialog::sitesFound);
         dlg.selectBug(QStringLiteral("cp-loss-overscaled"));
         QVERIFY(found.wait(60000));
@@ -471,7 +494,7 @@ private slots:
         const auto* l = w.scene()->loaded();
         QVERIFY(l);
         QCOMPARE(l->plan->ranks.size(), std::size_t(4));
-        QVERIFY(QFileInfo::exists(l->path));
+        QVERIFY(QFileInfo::exists(l->path()));
         QVERIFY(verifyAndWait(w));
         QCOMPARE(toString(w.report()->verdict), toString(Verdict::Equivalent));
         // An impossible configuration is refused with the generator's reason.

@@ -34,7 +34,7 @@ text = open(sys.argv[1]).read().replace(sys.argv[2], "TMP")
 json.dump(clean(json.loads(text)), sys.stdout, indent=1, sort_keys=True)
 print()' "$1" "$tmp"
 }
-mask_times() { sed -E "s#$tmp#TMP#g" "$1" | sed -E 's/[0-9]+(\.[0-9]+)? (s|ms|MB|MiB|KB)\b/T \2/g; s/[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9:]+/DATE/g'; }
+mask_times() { sed -E "s#$tmp#TMP#g" "$1" | sed -E 's#<td>[0-9]+\.[0-9]+</td>#<td>T</td>#g' | sed -E 's/[0-9]+(\.[0-9]+)? (s|ms|MB|MiB|KB)\b/T \2/g; s/[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9:]+/DATE/g'; }
 
 for ex in resources/examples/*.json; do
   name=$(basename "$ex" .json)

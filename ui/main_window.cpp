@@ -48,11 +48,9 @@
 #include "inspector.hpp"
 #include "lesson_panel.hpp"
 #include "io/plan_json.hpp"
-#include "nnscaler/nnscaler_pair.hpp"
 #include "stage_board.hpp"
 #include "verification_controller.hpp"
 #include "explore/verified_view.hpp"
-#include "verify/report_html.hpp"
 #include "verify/symmetry.hpp"
 
 namespace tv::ui {
@@ -74,142 +72,77 @@ QString lessonsDir() {
 }
 
 /// What the status bar says about a plan drawn as stored (empty for a plan drawn whole).
-QString storedNoteFor(const Plan& plan) {
-    if (!plan.replication.active()) return {};
+QString storedNoteFor(const Plan& drawn) {
+    if (!drawn.replication.active()) return {};
     return QCoreApplication::translate("MainWindow", "drawn as stored: %1 stands for all (written out: %L2 parallel ops)")
-        .arg(QString::fromStdString(storedOnce(plan.replication)))
-        .arg(static_cast<qulonglong>(writtenOutCounts(plan).ops));
+        .arg(QString::fromStdString(storedOnce(drawn.replication)))
+        .arg(static_cast<qulonglong>(writtenOutCounts(drawn).ops));
 }
 
-std::shared_ptr<LoadedPlan> layout(std::shared_ptr<const Plan> plan, const QString& path, ViewOptions options, StagePlan stages,
+/// The view of what is drawn, laid out.
+std::shared_ptr<LoadedPlan> layOut(std::shared_ptr<const session::OpenedPlan> opened, session::DrawnPlan drawn, ViewOptions options,
                                    QString* error, const LayoutControl* control) {
     QElapsedTimer t;
     t.start();
     auto lp = std::make_shared<LoadedPlan>();
-    lp->plan = std::move(plan);
-    lp->stages = std::move(stages);
+    lp->opened = std::move(opened);
+    lp->plan = std::move(drawn.plan);
+    lp->stages = std::move(drawn.stages);
+    lp->verifiedStages = std::move(drawn.verifiedStages);
+    lp->drawnToVerified = std::move(drawn.drawnToVerified);
     lp->options = std::move(options);
     lp->view = buildPlanView(*lp->plan, lp->stages, lp->options);
     lp->viewSeconds = static_cast<double>(t.nsecsElapsed()) / 1e9;
     lp->placed = placePlanView(lp->view, 240, control);
-    lp->path = path;
-    lp->seconds = static_cast<double>(t.nsecsElapsed()) / 1e9;
-    lp->layoutSeconds = lp->seconds - lp->viewSeconds;
+    lp->layoutSeconds = static_cast<double>(t.nsecsElapsed()) / 1e9 - lp->viewSeconds;
     if (!lp->placed.error.empty()) {
         if (error) *error = QString::fromStdString(lp->placed.error);
         return nullptr;
     }
+    lp->readSeconds = lp->opened->readSeconds;
+    lp->stageSeconds = drawn.stageSeconds;
+    lp->seconds = lp->readSeconds + lp->stageSeconds + lp->viewSeconds + lp->layoutSeconds;
+    lp->storedNote = storedNoteFor(*lp->plan);
     return lp;
 }
 
-}  // namespace
-
-namespace {
-
-/// What Verify works on: the plan verified (null: the drawn one), its stages (null: cut them, or
-/// share the drawn ones), and how the drawn stages map onto them.
-void attachVerifiedPlan(LoadedPlan& lp, std::shared_ptr<const Plan> source, std::shared_ptr<const StagePlan> sourceStages) {
-    lp.source = source ? std::move(source) : lp.plan;
-    if (!sourceStages)
-        sourceStages = std::make_shared<const StagePlan>(lp.source == lp.plan ? lp.stages : cutStages(*lp.source));
-    lp.sourceStages = std::move(sourceStages);
-    lp.drawnToSource = mapDrawnStages(*lp.plan, lp.stages, *lp.source, *lp.sourceStages);
-}
-
-/// Everything after reading: replicas written out (or not), stages, view and layout.
-std::shared_ptr<LoadedPlan> preparePlan(std::unique_ptr<Plan> readPlan, const QString& path, const std::set<std::int32_t>* collapsed, QString* error,
-                                        std::size_t maxWrittenOutOps, QElapsedTimer& t, const LayoutControl* control) {
-    PlanLoadResult res;
-    res.plan = std::move(readPlan);
-    // The explorer draws every replica and microbatch of a plan stored once, written out, unless
-    // that is too big to draw (a 405B plan has 135 million ops written out): then it draws what
-    // the plan stores, the one lane that stands for all of them.
-    QString stored;
-    std::shared_ptr<const Plan> plan;
-    if (res.plan->replication.active()) {
-        const auto counts = writtenOutCounts(*res.plan);
-        if (counts.ops <= maxWrittenOutOps) {
-            plan = std::make_shared<const Plan>(expandReplicas(*res.plan));
-        } else {
-            plan = std::shared_ptr<const Plan>(std::move(res.plan));
-            stored = storedNoteFor(*plan);
-        }
-    } else {
-        plan = std::shared_ptr<const Plan>(std::move(res.plan));
+std::shared_ptr<LoadedPlan> loadOpened(const session::OpenResult& res, const std::set<std::int32_t>* collapsed, QString* error,
+                                       std::size_t maxWrittenOutOps, const LayoutControl* control) {
+    if (!res.ok()) {
+        if (error) *error = QString::fromStdString(res.message());
+        return nullptr;
     }
+    auto drawn = session::drawPlan(*res.opened, maxWrittenOutOps);
     ViewOptions options;
-    options.collapsedRanks = collapsed ? *collapsed : defaultCollapsedRanks(*plan);
-    const double read = static_cast<double>(t.nsecsElapsed()) / 1e9;
-    auto stages = cutStages(*plan);
-    const double cut = static_cast<double>(t.nsecsElapsed()) / 1e9 - read;
-    // What Verify checks is the plan as read (a plan stored once: the stored plan), as the command line does.
-    std::shared_ptr<const Plan> source = res.plan ? std::shared_ptr<const Plan>(std::move(res.plan)) : plan;
-    auto lp = layout(plan, path, options, std::move(stages), error, control);
-    if (lp) {
-        attachVerifiedPlan(*lp, std::move(source), nullptr);
-        lp->seconds = static_cast<double>(t.nsecsElapsed()) / 1e9;
-        lp->readSeconds = read;
-        lp->stageSeconds = cut;
-        lp->storedNote = stored;
-    }
-    return lp;
+    options.collapsedRanks = collapsed ? *collapsed : defaultCollapsedRanks(*drawn.plan);
+    return layOut(res.opened, std::move(drawn), std::move(options), error, control);
 }
 
 }  // namespace
 
 std::shared_ptr<LoadedPlan> loadPlan(const QString& path, const std::set<std::int32_t>* collapsed, QString* error,
                                      std::size_t maxWrittenOutOps, const LayoutControl* control) {
-    QElapsedTimer t;
-    t.start();
-    auto res = readPlanFile(path.toStdString());
-    if (!res.ok()) {
-        if (error) {
-            QStringList lines;
-            for (const auto& p : res.problems) lines << QString::fromStdString(p.toString());
-            *error = path + QStringLiteral(":\n") + lines.join(QStringLiteral("\n"));
-        }
-        return nullptr;
-    }
-    return preparePlan(std::move(res.plan), path, collapsed, error, maxWrittenOutOps, t, control);
+    return loadOpened(session::openPlanFile(path.toStdString()), collapsed, error, maxWrittenOutOps, control);
 }
 
 std::shared_ptr<LoadedPlan> loadNnScalerPair(const QString& logicalPath, const QString& parallelPath, QString* error, std::size_t maxWrittenOutOps,
                                              const LayoutControl* control) {
-    QElapsedTimer t;
-    t.start();
-    auto pair = nnscaler::loadPair(logicalPath.toStdString(), parallelPath.toStdString());
-    if (!pair.plan) {
-        // Unreadable files, an operator without semantics, or a defect found while mapping.
-        if (error) {
-            const auto& r = pair.report;
-            *error = QString::fromStdString(std::string(headline(r.verdict))) + QStringLiteral(": ") +
-                     QString::fromStdString(r.failure ? r.failure->message : std::string("the nnScaler plans cannot be mapped"));
-        }
-        return nullptr;
-    }
-    auto lp = preparePlan(std::move(pair.plan), parallelPath, nullptr, error, maxWrittenOutOps, t, control);
-    if (lp) lp->logicalPath = logicalPath;
-    return lp;
+    return loadOpened(session::openNnScalerPair(logicalPath.toStdString(), parallelPath.toStdString()), nullptr, error, maxWrittenOutOps, control);
 }
 
-std::shared_ptr<LoadedPlan> relayoutPlan(std::shared_ptr<const Plan> plan, const QString& path, ViewOptions options, QString* error,
-                                         const LoadedPlan* previous, const LayoutControl* control) {
-    QElapsedTimer t;
-    t.start();
-    auto stages = cutStages(*plan);
-    const double cut = static_cast<double>(t.nsecsElapsed()) / 1e9;
-    auto lp = layout(plan, path, std::move(options), std::move(stages), error, control);
+std::shared_ptr<LoadedPlan> loadOpenedPlan(std::shared_ptr<const session::OpenedPlan> opened, QString* error, std::size_t maxWrittenOutOps,
+                                           const LayoutControl* control) {
+    session::OpenResult res;
+    res.source = opened->source;
+    res.opened = std::move(opened);
+    return loadOpened(res, nullptr, error, maxWrittenOutOps, control);
+}
+
+std::shared_ptr<LoadedPlan> relayoutPlan(const LoadedPlan& previous, ViewOptions options, QString* error, const LayoutControl* control) {
+    auto lp = layOut(previous.opened, session::redrawPlan(*previous.opened, previous.plan, previous.verifiedStages), std::move(options), error, control);
     if (lp) {
-        if (previous) {
-            attachVerifiedPlan(*lp, previous->source, previous->sourceStages);
-            lp->logicalPath = previous->logicalPath;
-            lp->mutant = previous->mutant;
-        } else {
-            attachVerifiedPlan(*lp, nullptr, nullptr);
-        }
-        lp->stageSeconds = cut;
-        lp->seconds += cut;
-        lp->storedNote = storedNoteFor(*lp->plan);
+        lp->seconds -= lp->readSeconds;  // nothing was read
+        lp->readSeconds = 0;
     }
     return lp;
 }
@@ -514,7 +447,7 @@ void MainWindow::buildBugMenu() {
     menu->addAction(tr("&Inject Bug..."), QKeySequence(Qt::CTRL | Qt::Key_B), this, [this] {
         const auto* l = scene_->loaded();
         if (!l) return;
-        BugDialog dlg(l->source, this);
+        BugDialog dlg(l->verifiedPlan(), this);
         if (dlg.exec() == QDialog::Accepted && !dlg.bug().isEmpty()) injectBug(dlg.bug(), dlg.options());
     })->setObjectName(QStringLiteral("injectBug"));
     removeBugAction_ = menu->addAction(tr("&Remove Bug"), this, [this] {
@@ -526,80 +459,71 @@ void MainWindow::buildBugMenu() {
         if (!m) return;
         auto path = QFileDialog::getSaveFileName(this, tr("Save Buggy Plan"), QString(), tr("TrainVerify plans (*.json)"));
         if (path.isEmpty()) return;
-        std::ofstream out(path.toStdString());
-        out << m->document.dump(1) << "\n";
-        if (!out) QMessageBox::warning(this, tr("Save"), tr("Could not write %1").arg(path));
+        std::string error;
+        if (!session::writeFileAtomically(path.toStdString(), m->document.dump(1) + "\n", &error))
+            QMessageBox::warning(this, tr("Save"), QString::fromStdString(error));
     });
 }
 
 std::shared_ptr<const bugs::Mutant> MainWindow::mutant() const {
     const auto* l = scene_->loaded();
-    return l ? l->mutant : nullptr;
+    return l ? l->mutant() : nullptr;
 }
 
 void MainWindow::injectBug(const QString& bug, const bugs::MutateOptions& options) {
     const auto* l = scene_->loaded();
     if (!l) return;
-    auto source = l->source;
-    const auto path = l->path;
-    const auto logical = l->logicalPath;
+    auto opened = l->opened;
     const auto name = bug.toStdString();
     statusBar()->showMessage(tr("Injecting %1...").arg(bug));
-    auto* watcher = new QFutureWatcher<std::pair<std::shared_ptr<bugs::Mutant>, QString>>(this);
-    connect(watcher, &QFutureWatcherBase::finished, this, [this, watcher, path, logical, bug, source] {
-        auto [m, error] = watcher->result();
+    auto* watcher = new QFutureWatcher<session::InjectedBug>(this);
+    connect(watcher, &QFutureWatcherBase::finished, this, [this, watcher, bug, opened] {
+        auto injected = watcher->result();
         watcher->deleteLater();
-        if (!scene_->loaded() || scene_->loaded()->source != source) {
+        if (!scene_->loaded() || scene_->loaded()->opened != opened) {
             // Another plan was opened meanwhile: the bug was for the one that is gone.
             statusBar()->showMessage(tr("%1 was not injected: another plan was opened meanwhile.").arg(bug), 8000);
             emit bugInjected(false, tr("another plan was opened meanwhile"));
             return;
         }
-        if (!m) {
+        if (!injected.mutant) {
+            const QString error = QString::fromStdString(injected.error);
             statusBar()->showMessage(tr("Cannot inject %1: %2").arg(bug, error), 10000);
             if (isVisible()) QMessageBox::warning(this, tr("Inject Bug"), tr("Cannot inject %1:\n%2").arg(bug, error));
             emit bugInjected(false, error);
             return;
         }
-        const QString change = QString::fromStdString(m->change);
+        const auto& m = *injected.mutant;
+        const QString change = QString::fromStdString(m.change);
         emit bugInjected(true, change);
-        if (!m->plan) {
+        if (!injected.opened) {
             // The reader rejects the copy (a shape mismatch): nothing new to draw; the plan stays on
             // screen with the edited ops marked, and the diagnosis says what the reader found.
-            auto report = std::make_shared<VerifyReport>(invalidReport(m->problems));
-            std::string why;
-            const bool ok = bugs::caught(*m, *report, &why);
-            bugVerdict_ = (ok ? tr("Caught where it was injected: ") : tr("Not caught where expected: ")) + QString::fromStdString(why);
+            auto report = std::make_shared<VerifyReport>(invalidReport(m.problems));
+            bugVerdict_ = QString::fromStdString(session::judgeBug(m, *report).sentence());
             report_ = report;
             failurePanel_->showReport(*report, tr("Bug lab: %1 %2").arg(change, bugVerdict_));
             pins_.clear();
             focusedStage_ = kNone;
-            for (const auto& op : m->expect.edited)
+            for (const auto& op : m.expect.edited)
                 if (const OpId id = drawnOp(*scene_->loaded()->plan, scene_->loaded()->plan->parallel, op); id != kNone) pins_.push_back({ViewSide::Parallel, id, NodeMark::Injected});
             applyVerificationToScene();
             updateVerifyActions();
             emit verificationFinished();
             return;
         }
-        std::shared_ptr<bugs::Mutant> held = m;
-        startJob(
-            [held, path, logical](QString* error, const LayoutControl* control) {
-                QElapsedTimer t;
-                t.start();
-                auto lp = preparePlan(std::move(held->plan), path, nullptr, error, kMaxWrittenOutOps, t, control);
-                if (lp) {
-                    lp->logicalPath = logical;
-                    lp->mutant = held;
-                }
-                return lp;
-            },
-            tr("Opening the plan with %1").arg(bug));
+        auto copy = injected.opened;
+        startJob([copy](QString* error, const LayoutControl* control) { return loadOpenedPlan(copy, error, kMaxWrittenOutOps, control); },
+                 tr("Opening the plan with %1").arg(bug));
     });
-    watcher->setFuture(QtConcurrent::run([source, name, options]() -> std::pair<std::shared_ptr<bugs::Mutant>, QString> {
+    watcher->setFuture(QtConcurrent::run([opened, name, options]() -> session::InjectedBug {
         try {
-            return {std::make_shared<bugs::Mutant>(bugs::mutate(*source, name, options)), QString()};
+            return session::injectBug(*opened, name, options);
         } catch (const std::exception& e) {
-            return {nullptr, QString::fromUtf8(e.what())};
+            // Out of memory while copying: said, never a crash of the Studio.
+            session::InjectedBug failed;
+            failed.error = e.what();
+            return failed;
         }
     }));
 }
@@ -624,7 +548,7 @@ void MainWindow::verify() {
     report_.reset();
     pins_.clear();
     focusedStage_ = kNone;
-    if (!l->mutant) bugVerdict_.clear();
+    if (!l->mutant()) bugVerdict_.clear();
     scene_->setMarks({});
     board_->model()->startRun();
     progress_->setRange(0, board_->model()->rowCount());
@@ -632,7 +556,7 @@ void MainWindow::verify() {
     failurePanel_->showRunning();
     auto options = verifyOptions_;
     options.check.keepTrace = true;  // the stepper replays a failing stage
-    verifyRun_ = verifier_->start(l->source, std::move(options));
+    verifyRun_ = verifier_->start(l->opened, std::move(options));
     statusBar()->showMessage(tr("Verifying %n stage(s)...", nullptr, board_->model()->rowCount()));
     applyVerificationToScene();
     updateVerifyActions();
@@ -664,12 +588,10 @@ void MainWindow::onVerified(quint64 run, std::shared_ptr<const VerifyReport> rep
     QString where;
     int primary = -1;
     if (report->failure && l) failureMarks(*report->failure, &primary, &where);
-    if (l && l->mutant && !report->cancelled) {
-        std::string why;
-        const bool ok = bugs::caught(*l->mutant, *report, &why);
-        bugVerdict_ = (ok ? tr("Caught where it was injected: ") : tr("Not caught where expected: ")) + QString::fromStdString(why);
+    if (l && l->mutant() && !report->cancelled) {
+        bugVerdict_ = QString::fromStdString(session::judgeBug(*l->mutant(), *report).sentence());
         where = (where.isEmpty() ? QString() : where + QStringLiteral(" ")) + tr("Bug lab: %1 (%2) %3")
-                    .arg(QString::fromStdString(l->mutant->bug), QString::fromStdString(l->mutant->change), bugVerdict_);
+                    .arg(QString::fromStdString(l->mutant()->bug), QString::fromStdString(l->mutant()->change), bugVerdict_);
     }
     failurePanel_->showReport(*report, where);
     const auto summary = reportToText(*report);
@@ -755,20 +677,20 @@ void MainWindow::applyVerificationToScene() {
     const auto* l = scene_->loaded();
     if (!l) return;
     auto* model = board_->model();
-    if (!model->verified() || model->rowCount() != static_cast<int>(l->sourceStages ? l->sourceStages->stages.size() : 0)) {
+    if (!model->verified() || model->rowCount() != static_cast<int>(l->verifiedStages ? l->verifiedStages->stages.size() : 0)) {
         scene_->setStageStatuses({});
     } else {
-        std::vector<StageStatus> drawn(l->drawnToSource.size(), StageStatus::Queued);
+        std::vector<StageStatus> drawn(l->drawnToVerified.size(), StageStatus::Queued);
         for (std::size_t d = 0; d < drawn.size(); ++d)
-            if (l->drawnToSource[d] != kNone) drawn[d] = model->status(l->drawnToSource[d]);
+            if (l->drawnToVerified[d] != kNone) drawn[d] = model->status(l->drawnToVerified[d]);
         scene_->setStageStatuses(drawn);
     }
     std::vector<std::pair<int, NodeMark>> marks;
     for (const auto& p : pins_) marks.emplace_back(nodeShowing(l->view, FindHit{p.side, true, p.op, -1}), p.mark);
     if (focusedStage_ != kNone)
         for (int n : stageNodes(focusedStage_)) marks.emplace_back(n, NodeMark::Focus);
-    if (l->mutant)
-        for (const auto& op : l->mutant->expect.edited)
+    if (l->mutant())
+        for (const auto& op : l->mutant()->expect.edited)
             if (const OpId id = drawnOp(*l->plan, l->plan->parallel, op); id != kNone)
                 marks.emplace_back(nodeShowing(l->view, FindHit{ViewSide::Parallel, true, id, -1}), NodeMark::Injected);
     if (report_ && report_->failure) {
@@ -782,14 +704,14 @@ std::vector<int> MainWindow::stageNodes(std::uint32_t sourceStage) const {
     std::vector<int> nodes;
     const auto* l = scene_->loaded();
     if (!l) return nodes;
-    for (std::size_t d = 0; d < l->drawnToSource.size() && d < l->view.stageNodes.size(); ++d)
-        if (l->drawnToSource[d] == sourceStage) nodes.insert(nodes.end(), l->view.stageNodes[d].begin(), l->view.stageNodes[d].end());
+    for (std::size_t d = 0; d < l->drawnToVerified.size() && d < l->view.stageNodes.size(); ++d)
+        if (l->drawnToVerified[d] == sourceStage) nodes.insert(nodes.end(), l->view.stageNodes[d].begin(), l->view.stageNodes[d].end());
     return nodes;
 }
 
 void MainWindow::focusStage(std::uint32_t sourceStage) {
     const auto* l = scene_->loaded();
-    if (!l || !l->sourceStages || sourceStage >= l->sourceStages->stages.size()) return;
+    if (!l || !l->verifiedStages || sourceStage >= l->verifiedStages->stages.size()) return;
     pins_.clear();
     focusedStage_ = sourceStage;
     const auto nodes = stageNodes(sourceStage);
@@ -806,23 +728,12 @@ void MainWindow::focusStage(std::uint32_t sourceStage) {
 bool MainWindow::exportReport(const QString& path) {
     const auto* l = scene_->loaded();
     if (!report_ || !l) return false;
-    std::ofstream out(path.toStdString());
-    if (!out) return false;
-    if (path.endsWith(QStringLiteral(".html"), Qt::CaseInsensitive) || path.endsWith(QStringLiteral(".htm"), Qt::CaseInsensitive)) {
-        HtmlReportOptions o;
-        o.title = l->source->name.empty() ? QFileInfo(l->path).fileName().toStdString() : l->source->name;
-        o.planFile = l->path.toStdString();
-        out << reportToHtml(*report_, o);
-    } else {
-        // The command line's schema: `trainverify verify PLAN --trace --json`.
-        auto json = reportToJson(*report_);
-        json["plan"] = {{"file", l->path.toStdString()}, {"name", l->source->name}};
-        if (l->mutant) json["plan"]["mutant"] = {{"bug", l->mutant->bug}, {"change", l->mutant->change}};
-        if (!l->logicalPath.isEmpty()) json["nnscaler"] = {{"logical", l->logicalPath.toStdString()}, {"parallel", l->path.toStdString()}};
-        json["peak_memory_kb"] = peakMemoryKb();
-        out << json.dump(2) << "\n";
-    }
-    return static_cast<bool>(out);
+    const bool html = path.endsWith(QStringLiteral(".html"), Qt::CaseInsensitive) || path.endsWith(QStringLiteral(".htm"), Qt::CaseInsensitive);
+    // The command line's schema (`trainverify verify PLAN --trace --json`), or its HTML page.
+    const auto& source = l->opened->source;
+    const std::string text = html ? session::reportHtml(source, l->opened.get(), *report_)
+                                  : session::reportDocument(source, l->opened.get(), *report_).dump(2) + "\n";
+    return session::writeFileAtomically(path.toStdString(), text, nullptr);
 }
 
 void MainWindow::buildFilterBar() {
@@ -1008,46 +919,26 @@ void MainWindow::openPlan(const QString& path) {
 
 void MainWindow::generatePlan(const gen::GenerateOptions& options) {
     // Generated plans are files like any other (Reload, Open Recent, the command line), kept in
-    // the cache directory under the plan's name.
+    // the cache directory under the plan's name, written as the command line writes them.
     const QString dir = QStandardPaths::writableLocation(QStandardPaths::CacheLocation) + QStringLiteral("/generated");
     startJob(
         [options, dir](QString* error, const LayoutControl* control) -> std::shared_ptr<LoadedPlan> {
-            QElapsedTimer t;
-            t.start();
-            const auto problem = gen::validate(options);
-            if (!problem.empty()) {
-                *error = QObject::tr("Cannot generate the plan: %1").arg(QString::fromStdString(problem));
+            auto generated = session::generatePlan(options);
+            if (!generated.ok()) {
+                *error = QObject::tr("Cannot generate the plan: %1").arg(QString::fromStdString(generated.error()));
                 return nullptr;
             }
-            const auto doc = gen::generatePlan(options);
-            // The name says model and degrees; the hash tells apart what it leaves out (schedule,
-            // optimizer, format...), so two configurations never share a file.
-            const auto text = doc.dump(1);
-            const QString name = QString::fromStdString(doc.value("name", std::string("generated"))) + QStringLiteral("-") +
-                                 QString::number(static_cast<qulonglong>(std::hash<std::string>{}(text) & 0xffffffffu), 16);
             if (!QDir().mkpath(dir)) {
                 *error = QObject::tr("Cannot create %1").arg(dir);
                 return nullptr;
             }
-            const QString path = dir + QLatin1Char('/') + name + QStringLiteral(".json");
-            {
-                // Written whole, then renamed into place: a reader never sees half a plan.
-                const QString part = path + QStringLiteral(".part");
-                std::ofstream out(part.toStdString());
-                out << text << "\n";
-                out.close();
-                if (!out || (QFile::exists(path) && !QFile::remove(path)) || !QFile::rename(part, path)) {
-                    QFile::remove(part);
-                    *error = QObject::tr("Cannot write %1").arg(path);
-                    return nullptr;
-                }
-            }
-            auto res = readPlanJson(doc);
-            if (!res.ok()) {
-                *error = path + QStringLiteral(":\n") + QString::fromStdString(res.problems.front().toString());
+            const std::string path = (dir + QLatin1Char('/')).toStdString() + session::generatedFileName(generated);
+            std::string problem;
+            if (!session::writeFileAtomically(path, generated.text, &problem)) {
+                *error = QString::fromStdString(problem);
                 return nullptr;
             }
-            return preparePlan(std::move(res.plan), path, nullptr, error, kMaxWrittenOutOps, t, control);
+            return loadOpenedPlan(session::openedFromPlan(std::move(generated.plan), {path, {}}, generated.seconds), error, kMaxWrittenOutOps, control);
         },
         tr("Generating %1").arg(QString::fromStdString(options.model)));
 }
@@ -1084,8 +975,8 @@ void MainWindow::onLoaded(quint64 id, std::shared_ptr<LoadedPlan> loaded, const 
     }
     // A re-layout of the plan on screen keeps the filters and the view; a new (or reloaded) plan resets them.
     const bool samePlan = scene_->loaded() && scene_->loaded()->plan == loaded->plan;
-    currentPath_ = loaded->path;
-    currentLogical_ = loaded->logicalPath;
+    currentPath_ = loaded->path();
+    currentLogical_ = loaded->logicalPath();
     scene_->setPlan(loaded);
     if (!samePlan) {
         resetFilterBar();
@@ -1100,10 +991,10 @@ void MainWindow::onLoaded(quint64 id, std::shared_ptr<LoadedPlan> loaded, const 
         report_.reset();
         pins_.clear();
         focusedStage_ = kNone;
-        board_->model()->setPlan(loaded->source, loaded->sourceStages);
+        board_->model()->setPlan(loaded->verifiedPlan(), loaded->verifiedStages);
         failurePanel_->clear();
         // A lesson shows beside its own plans only, once one of them is open.
-        const auto path = QFileInfo(loaded->path).canonicalFilePath().toStdString();
+        const auto path = QFileInfo(loaded->path()).canonicalFilePath().toStdString();
         if (pendingLesson_ && (path == pendingLesson_->buggy || path == pendingLesson_->correct)) {
             lessonPanel_->showLesson(*pendingLesson_, path == pendingLesson_->buggy);
             lessonDock_->show();
@@ -1121,14 +1012,14 @@ void MainWindow::onLoaded(quint64 id, std::shared_ptr<LoadedPlan> loaded, const 
         else pendingReveal_.reset();
     }
     if (currentLogical_.isEmpty()) rememberRecent(currentPath_);  // a pair is two files: opened again from the File menu
-    if (loaded->mutant)
-        setWindowTitle(tr("%1 + %2 (not saved) — TrainVerify Studio").arg(QFileInfo(currentPath_).fileName(), QString::fromStdString(loaded->mutant->bug)));
+    if (loaded->mutant())
+        setWindowTitle(tr("%1 + %2 (not saved) — TrainVerify Studio").arg(QFileInfo(currentPath_).fileName(), QString::fromStdString(loaded->mutant()->bug)));
     else
         setWindowTitle(tr("%1 — TrainVerify Studio").arg(QFileInfo(currentPath_).fileName()));
     if (!samePlan) bugVerdict_.clear();
-    if (!samePlan && loaded->mutant) {
+    if (!samePlan && loaded->mutant()) {
         // A bug was just injected: verify at once, so the user sees it caught.
-        statusBar()->showMessage(tr("Injected %1: %2").arg(QString::fromStdString(loaded->mutant->bug), QString::fromStdString(loaded->mutant->change)), 8000);
+        statusBar()->showMessage(tr("Injected %1: %2").arg(QString::fromStdString(loaded->mutant()->bug), QString::fromStdString(loaded->mutant()->change)), 8000);
         QTimer::singleShot(0, this, [this] { verify(); });
     }
     updateStatus();
@@ -1143,7 +1034,7 @@ void MainWindow::updateStatus() {
     }
     const auto& p = *l->plan;
     statusPlan_->setText(tr("%1 — logical %2 ops, parallel %3 ops on %4 ranks, %5 microbatch(es), %6 lineage records, %7 stages — laid out in %8 s")
-                             .arg(QString::fromStdString(p.name.empty() ? QFileInfo(l->path).fileName().toStdString() : p.name))
+                             .arg(QString::fromStdString(p.name.empty() ? QFileInfo(l->path()).fileName().toStdString() : p.name))
                              .arg(p.logical.ops.size())
                              .arg(p.parallel.ops.size())
                              .arg(p.ranks.size())
@@ -1181,7 +1072,7 @@ void MainWindow::relayout(ViewOptions options) {
     pendingOptions_ = options;
     auto previous = scene_->loadedShared();
     startJob([previous, options](QString* error, const LayoutControl* control) {
-                 return relayoutPlan(previous->plan, previous->path, options, error, previous.get(), control);
+                 return relayoutPlan(*previous, options, error, control);
              },
              tr("Laying out the view"), /*open=*/false);
 }

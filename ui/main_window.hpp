@@ -48,11 +48,12 @@ std::shared_ptr<LoadedPlan> loadPlan(const QString& path, const std::set<std::in
 /// The same for a pair of nnScaler plans (pickled ModuleCodeGens), mapped onto the plan model.
 std::shared_ptr<LoadedPlan> loadNnScalerPair(const QString& logicalPath, const QString& parallelPath, QString* error,
                                              std::size_t maxWrittenOutOps = kMaxWrittenOutOps, const LayoutControl* control = nullptr);
-/// The same for a plan already in memory (re-layout after expanding or collapsing ranks).
-/// `previous` (the plan on screen) lends what a layout does not change: the plan verified and its
-/// stages, the nnScaler pair's logical file, the injected bug.
-std::shared_ptr<LoadedPlan> relayoutPlan(std::shared_ptr<const Plan> plan, const QString& path, ViewOptions options, QString* error,
-                                         const LoadedPlan* previous = nullptr, const LayoutControl* control = nullptr);
+/// The same for a plan already opened (generated, or with a bug injected).
+std::shared_ptr<LoadedPlan> loadOpenedPlan(std::shared_ptr<const session::OpenedPlan> opened, QString* error,
+                                           std::size_t maxWrittenOutOps = kMaxWrittenOutOps, const LayoutControl* control = nullptr);
+/// The plan on screen laid out again with other options (after expanding or collapsing ranks):
+/// the plan drawn, the plan verified and its stages stay.
+std::shared_ptr<LoadedPlan> relayoutPlan(const LoadedPlan& previous, ViewOptions options, QString* error, const LayoutControl* control = nullptr);
 
 class MainWindow : public QMainWindow {
     Q_OBJECT

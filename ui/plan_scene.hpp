@@ -11,35 +11,40 @@
 
 #include "explore/plan_view.hpp"
 #include "bugs/bug_catalog.hpp"
+#include "session/session.hpp"
 #include "verify/check.hpp"
 
 class QGraphicsItem;
 
 namespace tv::ui {
 
-/// Everything a loaded plan needs on screen, computed off the GUI thread.
+/// Everything a loaded plan needs on screen, computed off the GUI thread: the plan opened (what
+/// Verify checks, where it came from, the bug injected), what is drawn of it, and the view.
 struct LoadedPlan {
+    std::shared_ptr<const session::OpenedPlan> opened;
     std::shared_ptr<const Plan> plan;   ///< the plan drawn (a plan stored once is drawn written out)
     StagePlan stages;                   ///< the drawn plan's stages
-    /// The plan as read, which is what Verify checks (as the command line does): the same object
-    /// as `plan` unless a plan stored once is drawn written out.
-    std::shared_ptr<const Plan> source;
-    std::shared_ptr<const StagePlan> sourceStages;
-    /// Drawn stage -> source stage (a stored stage stands for its instances in every lane).
-    std::vector<std::uint32_t> drawnToSource;
-    /// Set when the plan is a copy of another with a bug injected (Bug ▸ Inject Bug).
-    std::shared_ptr<const bugs::Mutant> mutant;
+    /// The opened plan's stages, which Verify checks (the same as `stages` when the plan drawn is
+    /// the plan opened), and drawn stage -> verified stage (a stored stage stands for its instances
+    /// in every lane).
+    std::shared_ptr<const StagePlan> verifiedStages;
+    std::vector<std::uint32_t> drawnToVerified;
     ViewOptions options;
     PlanView view;
     PlacedView placed;
-    QString path;
-    /// A plan mapped from a pair of nnScaler plans: the logical plan's file (`path` is the
-    /// parallel plan's).
-    QString logicalPath;
     double seconds = 0;  ///< time to read, cut stages and lay out
     double readSeconds = 0, stageSeconds = 0, viewSeconds = 0, layoutSeconds = 0;  ///< its parts
     /// Non-empty when a plan stored once is drawn as stored (too big to write out): says so.
     QString storedNote;
+
+    /// The plan verified (the plan as read).
+    const std::shared_ptr<const Plan>& verifiedPlan() const { return opened->plan; }
+    /// The bug injected (Bug > Inject Bug), or null.
+    const std::shared_ptr<const bugs::Mutant>& mutant() const { return opened->mutant; }
+    /// The plan file (a pair of nnScaler plans: the parallel plan's).
+    QString path() const { return QString::fromStdString(opened->source.path); }
+    /// A pair of nnScaler plans: the logical plan's file; empty otherwise.
+    QString logicalPath() const { return QString::fromStdString(opened->source.logicalPath); }
 };
 
 /// Marks that outlive the selection: where verification failed, and what the user focused.

@@ -25,7 +25,7 @@ VerificationController::~VerificationController() {
     pool_.waitForDone();
 }
 
-quint64 VerificationController::start(std::shared_ptr<const Plan> plan, VerifyOptions options) {
+quint64 VerificationController::start(std::shared_ptr<const session::OpenedPlan> opened, VerifyOptions options) {
     const quint64 id = ++runId_;
     {
         std::lock_guard lock(mutex_);
@@ -55,7 +55,7 @@ quint64 VerificationController::start(std::shared_ptr<const Plan> plan, VerifyOp
         if (userDone) userDone(r);
     };
     options.proofs = &proofs_;
-    auto run = std::make_shared<VerificationRun>(*plan, std::move(options));
+    auto run = std::make_shared<VerificationRun>(*opened->plan, std::move(options));
     {
         std::lock_guard lock(mutex_);
         run_ = run;
@@ -78,9 +78,11 @@ quint64 VerificationController::start(std::shared_ptr<const Plan> plan, VerifyOp
         }
         emit finished(id, std::move(report));
     });
-    watcher->setFuture(QtConcurrent::run(&pool_, [plan, run]() -> std::shared_ptr<const VerifyReport> {
+    watcher->setFuture(QtConcurrent::run(&pool_, [opened, run]() -> std::shared_ptr<const VerifyReport> {
         try {
-            return std::make_shared<const VerifyReport>(run->run());
+            auto report = run->run();
+            session::finishReport(*opened, report);
+            return std::make_shared<const VerifyReport>(std::move(report));
         } catch (const std::exception& e) {
             // Never lose the run silently: an engine error is an inconclusive report saying what.
             auto r = std::make_shared<VerifyReport>();

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <vector>
 
+#include "session/session.hpp"
 #include "verify/verifier.hpp"
 
 namespace tv::ui {
@@ -34,9 +35,10 @@ public:
     /// Cancels the run in progress and waits for it (a solver query stops at its next checkpoint).
     ~VerificationController() override;
 
-    /// Starts verifying `plan` (kept alive until the run ends) and returns the run's id. A run in
-    /// progress is cancelled; its results are no longer delivered.
-    quint64 start(std::shared_ptr<const Plan> plan, VerifyOptions options);
+    /// Starts verifying the opened plan (kept alive until the run ends) and returns the run's id.
+    /// The report is finished as its origin limits it (session::finishReport: an nnScaler pair's
+    /// unclaimed final claims). A run in progress is cancelled; its results are no longer delivered.
+    quint64 start(std::shared_ptr<const session::OpenedPlan> opened, VerifyOptions options);
     /// Cancels the current run; it finishes soon with `cancelled` set. Thread-safe: may be called
     /// from a callback running on a worker thread.
     void cancel();
