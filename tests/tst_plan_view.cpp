@@ -19,6 +19,7 @@
 #include "verify/symmetry.hpp"
 #include "explore/plan_view.hpp"
 #include "io/plan_json.hpp"
+#include "model/instance_names.hpp"
 
 using namespace tv;
 
@@ -87,7 +88,7 @@ private slots:
         QVERIFY(!focus.otherEndLogical);
         focus = locateFailure(*stored, f);
         QVERIFY(focus.failingOpAsStored);
-        QCOMPARE(stored->opName(stored->parallel, focus.failingOp), storedName(instance));
+        QCOMPARE(stored->opName(stored->parallel, focus.failingOp), instance::storedName(instance));
         // A logical tensor stands for its producer when the failure names no logical op.
         Failure g;
         g.tensor = drawn.tensorName(drawn.logical, drawn.logical.outputs(0)[0]);

@@ -489,6 +489,46 @@ private slots:
         QVERIFY(reportToHtml(r).find("(divergence)") != std::string::npos);
     }
 
+    // A trace says its values of uninterpreted functions are the solver's choice exactly when a
+    // value it shows applies one: decided by the terms, not by the operator's name (an integer pow
+    // is an exact product; silu applies exp). The missing all-reduce's stage with its activation
+    // swapped on both sides and the activation's lineage dropped, so the stage runs through it.
+    void traceSaysWhenValuesAreUninterpreted_data() {
+        QTest::addColumn<QString>("activation");
+        QTest::addColumn<QString>("exponent");
+        QTest::addColumn<bool>("uninterpreted");
+        QTest::newRow("relu: exact") << "relu" << "" << false;
+        QTest::newRow("integer pow: exact product") << "pow" << "2" << false;
+        QTest::newRow("exp") << "exp" << "" << true;
+        QTest::newRow("silu: exp inside") << "silu" << "" << true;
+        QTest::newRow("gelu: erf inside") << "gelu" << "" << true;
+    }
+    void traceSaysWhenValuesAreUninterpreted() {
+        QFETCH(QString, activation);
+        QFETCH(QString, exponent);
+        QFETCH(bool, uninterpreted);
+        auto doc = loadJson("mlp-tp2-missing-allreduce.json");
+        int swapped = 0;
+        for (auto* side : {&doc["logical"]["ops"], &doc["parallel"]["ops"]})
+            for (auto& op : *side)
+                if (op["op"] == "relu") {
+                    op["op"] = activation.toStdString();
+                    if (!exponent.isEmpty()) op["attrs"] = {{"exponent", exponent.toStdString()}};
+                    ++swapped;
+                }
+        QCOMPARE(swapped, 3);
+        auto& lineage = doc["lineage"];
+        const auto before = lineage.size();
+        lineage.erase(std::remove_if(lineage.begin(), lineage.end(), [](const json& r) { return r["logical"] == "a"; }), lineage.end());
+        QCOMPARE(lineage.size(), before - 1);
+        auto plan = loadPlan(doc);
+        const auto r = verify(*plan, 2, false, true);
+        QVERIFY(r.failure && r.failure->trace);
+        QVERIFY2(r.failure->parallelOp.rfind("fc2@r", 0) == 0, r.failure->parallelOp.c_str());  // either rank's copy lacks the other's part
+        QCOMPARE(r.failure->trace->uninterpreted, uninterpreted);
+        QCOMPARE(r.failure->toJson()["trace"].value("uninterpreted", false), uninterpreted);
+    }
+
     // The HTML report is one page with everything inline: the verdict, the diagnosis with its
     // values, and a row per stage; text is escaped.
     void htmlReportIsSelfContained() {

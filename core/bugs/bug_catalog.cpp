@@ -9,6 +9,7 @@
 #include "io/plan_repeats.hpp"
 #include "ops/registry.hpp"
 #include "verify/symmetry.hpp"
+#include "model/instance_names.hpp"
 
 namespace tv::bugs {
 
@@ -35,32 +36,6 @@ const OpRegistry& reg() { return OpRegistry::instance(); }
 std::string joinRanks(const std::vector<std::int32_t>& ranks) {
     std::string s;
     for (std::size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
-    return s;
-}
-
-/// A name without its "@r<rank>" part: TP peers of one layer share it.
-std::string stemOf(const std::string& name) {
-    auto at = name.find("@r");
-    if (at == std::string::npos) return name;
-    auto end = at + 2;
-    while (end < name.size() && name[end] >= '0' && name[end] <= '9') ++end;
-    return name.substr(0, at) + name.substr(end);
-}
-
-/// A name without its microbatch marks (".mb<m>", "~mb<m>"): one send of every microbatch.
-std::string withoutMicrobatch(const std::string& name) {
-    std::string s = name;
-    for (const char* mark : {"~mb", ".mb"}) {
-        for (std::size_t p = s.find(mark); p != std::string::npos; p = s.find(mark, p)) {
-            auto end = p + 3;
-            if (end >= s.size() || s[end] < '0' || s[end] > '9') {
-                p = end;
-                continue;
-            }
-            while (end < s.size() && s[end] >= '0' && s[end] <= '9') ++end;
-            s.erase(p, end - p);
-        }
-    }
     return s;
 }
 
@@ -459,7 +434,7 @@ std::vector<Site> crossedSendPairs(const View& v) {
             }
     }
     // The peers of one send (one stem) first: the mapping the paper's case crosses.
-    std::stable_partition(out.begin(), out.end(), [](const Site& s) { return stemOf(s.ops[0]) == stemOf(s.ops[1]); });
+    std::stable_partition(out.begin(), out.end(), [](const Site& s) { return instance::withoutRank(s.ops[0]) == instance::withoutRank(s.ops[1]); });
     return out;
 }
 
@@ -488,7 +463,7 @@ std::vector<Site> peerSets(const View& v, std::initializer_list<std::string_view
     std::vector<std::string> order;
     for (OpId o = 0; o < v.g.ops.size(); ++o) {
         if (v.g.ops[o].phase != phase || std::find(kinds.begin(), kinds.end(), v.kind(o)) == kinds.end()) continue;
-        auto stem = stemOf(v.name(o));
+        auto stem = instance::withoutRank(v.name(o));
         auto& set = byStem[stem];
         if (set.empty()) order.push_back(stem);
         set.push_back(o);
@@ -1020,7 +995,7 @@ std::vector<Site> microbatchSendPairs(const View& v) {
         if (v.kind(o) != "send_recv") continue;
         const auto in = v.g.inputs(o)[0];
         if (v.g.tensors[in].microbatch < 0) continue;
-        byGroup[{v.group(o), withoutMicrobatch(v.name(o)) + " " + shapeToString(v.shape(in))}].push_back(o);
+        byGroup[{v.group(o), instance::withoutMicrobatch(v.name(o)) + " " + shapeToString(v.shape(in))}].push_back(o);
     }
     std::vector<Site> out;
     for (const auto& [key, sends] : byGroup) {
@@ -1327,7 +1302,7 @@ bool caught(const Mutant& mutant, const VerifyReport& report, std::string* why) 
         return false;
     }
     const bool stored = x.ranksPerReplica > 0;
-    const auto op = stored ? storedName(f.parallelOp) : f.parallelOp;
+    const auto op = stored ? instance::storedName(f.parallelOp) : f.parallelOp;
     const auto rank = stored && f.rank >= 0 ? f.rank % x.ranksPerReplica : f.rank;
     for (const auto& [name, r] : x.locations)
         if (name == op && r == rank) {
@@ -1335,7 +1310,7 @@ bool caught(const Mutant& mutant, const VerifyReport& report, std::string* why) 
             return true;
         }
     if (f.kind == FailureKind::DataflowBroken) {
-        const auto t = stored ? storedName(f.parallelTensor) : f.parallelTensor;
+        const auto t = stored ? instance::storedName(f.parallelTensor) : f.parallelTensor;
         if (!t.empty() && std::find(x.tensors.begin(), x.tensors.end(), t) != x.tensors.end()) {
             say(found);
             return true;

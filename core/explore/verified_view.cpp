@@ -1,6 +1,7 @@
 #include "explore/verified_view.hpp"
 
 #include "verify/symmetry.hpp"
+#include "model/instance_names.hpp"
 
 namespace tv {
 
@@ -23,7 +24,7 @@ OpId drawnOp(const Plan& drawn, const Graph& g, const std::string& name, bool* a
     if (name.empty()) return kNone;
     OpId op = g.findOp(drawn.names.find(name));
     if (op == kNone && name.find('~') != std::string::npos) {
-        op = g.findOp(drawn.names.find(storedName(name)));
+        op = g.findOp(drawn.names.find(instance::storedName(name)));
         if (asStored) *asStored = op != kNone;
     }
     return op;
@@ -32,7 +33,7 @@ OpId drawnOp(const Plan& drawn, const Graph& g, const std::string& name, bool* a
 TensorId drawnTensor(const Plan& drawn, const Graph& g, const std::string& name) {
     if (name.empty()) return kNone;
     TensorId t = g.findTensor(drawn.names.find(name));
-    if (t == kNone && name.find('~') != std::string::npos) t = g.findTensor(drawn.names.find(storedName(name)));
+    if (t == kNone && name.find('~') != std::string::npos) t = g.findTensor(drawn.names.find(instance::storedName(name)));
     return t;
 }
 

@@ -11,6 +11,7 @@
 
 #include "model/rational.hpp"
 #include "ops/dims.hpp"
+#include "model/instance_names.hpp"
 
 namespace tv::gen {
 
@@ -190,7 +191,7 @@ private:
 
     /// With microbatches stored once, microbatch 0's names stand for every microbatch's.
     std::string instanceSuffix(int m, int rank) const {
-        return (m >= 0 && !compactMicrobatches() ? ".mb" + std::to_string(m) : std::string()) + "@r" + std::to_string(rank);
+        return instance::generatorSuffix(compactMicrobatches() ? -1 : m, rank);
     }
 
     /// A new version with fresh instance tensors named base + lane + rank.
@@ -315,14 +316,14 @@ private:
                     // Stored once: one accumulation that stands for the sum over the microbatches.
                     auto out = tensorName(name + ".accum@r" + std::to_string(rank));
                     ptensors.push_back(json{{"id", out}, {"shape", shape}, {"role", std::string(toString(lt(src.logical).role))}, {"rank", rank}});
-                    emitLocal(name + ".accumulate@r" + std::to_string(rank), "identity", rank, -1, Phase::Backward, {cur}, {out}, json::object(),
+                    emitLocal(name + ".accumulate" + instance::rankSuffix(rank), "identity", rank, -1, Phase::Backward, {cur}, {out}, json::object(),
                               json{{"across_microbatches", true}});
                     cur = out;
                 }
                 for (int m = 1; m < listedMb; ++m) {
-                    auto out = tensorName(name + ".accum" + std::to_string(m) + "@r" + std::to_string(rank));
+                    auto out = tensorName(name + ".accum" + std::to_string(m) + instance::rankSuffix(rank));
                     ptensors.push_back(json{{"id", out}, {"shape", shape}, {"role", std::string(toString(lt(src.logical).role))}, {"rank", rank}});
-                    emitLocal(name + ".accumulate" + std::to_string(m) + "@r" + std::to_string(rank), "add", rank, -1, Phase::Backward,
+                    emitLocal(name + ".accumulate" + std::to_string(m) + instance::rankSuffix(rank), "add", rank, -1, Phase::Backward,
                               {cur, src.inst[static_cast<std::size_t>((kk * listedMb + m) * G() + t)]}, {out}, json::object());
                     cur = out;
                 }

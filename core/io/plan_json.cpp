@@ -595,9 +595,8 @@ private:
                 continue;
             }
             // Output dtypes follow the inputs for data movement; everything else produces floats.
-            bool moves = spec.cls == OpClass::Movement || spec.collective || spec.name == "identity";
             for (std::size_t k = 0; k < outs.size(); ++k) {
-                auto want = moves && !ins.empty() ? g.tensors[ins[0]].dtype : DType::Float;
+                auto want = spec.keepsDtype && !ins.empty() ? g.tensors[ins[0]].dtype : DType::Float;
                 if (g.tensors[outs[k]].dtype != want)
                     fail(path + "/outputs/" + std::to_string(k), who + ": output " + tensorLabel(g, outs[k]) + " must be a " +
                                                                 std::string(toString(want)) + " tensor");

@@ -11,6 +11,7 @@
 
 #include "model/text.hpp"
 #include "ops/registry.hpp"
+#include "model/instance_names.hpp"
 
 namespace tv::nnscaler {
 
@@ -189,8 +190,8 @@ public:
         auto kind = reg.find(op);
         if (kind) {
             const auto& spec = reg.spec(*kind);
-            // Movement ops keep their input's dtype.
-            if ((spec.cls == OpClass::Movement || op == "identity") && !inputs.empty()) isInt = g_.handles[static_cast<std::size_t>(inputs[0])].isInt;
+            // Data movement, collectives and identity keep their input's dtype (int ids pass through).
+            if (spec.keepsDtype && !inputs.empty()) isInt = g_.handles[static_cast<std::size_t>(inputs[0])].isInt;
         }
         for (std::size_t k = 0; k < outShapes.size(); ++k)
             outs.push_back(g_.tensor(prefix + "." + std::string(op) + (outShapes.size() > 1 ? "." + std::to_string(k) : "") + where(),
@@ -203,7 +204,7 @@ public:
 
     std::string where() const {
         if (logical_) return "";
-        return "@r" + std::to_string(rank) + (mb >= 0 ? ".m" + std::to_string(mb) : "");
+        return instance::nnScalerSuffix(rank, mb);
     }
 
 private:
@@ -821,7 +822,7 @@ struct Importer {
         if (auto it = state.find(key); it != state.end()) return it->second;
         const bool intTensor = isInt(t);
         if (param) {
-            Handle h = g.tensor(tensorBase(t) + (s.rank >= 0 ? "@r" + std::to_string(s.rank) : ""), shapeOf(t), roleOf(t), intTensor, s.rank, -1);
+            Handle h = g.tensor(tensorBase(t) + (s.rank >= 0 ? instance::rankSuffix(s.rank) : ""), shapeOf(t), roleOf(t), intTensor, s.rank, -1);
             state[key] = h;
             initialReads.push_back({s.rank, -1, h, &t, -1, {}});
             return h;

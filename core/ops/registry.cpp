@@ -1791,9 +1791,6 @@ struct ZerosLikeOp {
 
 // ===== registration ==========================================================================
 
-template <template <class> class Rule>
-struct ShapeRule {};
-
 #define TV_SHAPE(spec, fn)                                                  \
     (spec).shapeConcrete = [](ConcreteShapes& c, const auto& i, const auto& o, const json& a) {                    \
         fn(c, std::vector<ConcreteShapes::Dims>(i.begin(), i.end()), std::vector<ConcreteShapes::Dims>(o.begin(), o.end()), a); \
@@ -1911,6 +1908,7 @@ OpRegistry::OpRegistry() {
         s.minInputs = minIn;
         s.maxInputs = maxIn;
         s.numOutputs = nOut;
+        s.keepsDtype = cls == OpClass::Movement || cls == OpClass::Collective;
         s.summary = summary;
         s.vjp = vjp;
         s.requiredAttrs = std::move(req);
@@ -1955,6 +1953,7 @@ OpRegistry::OpRegistry() {
     unary("silu", FSilu{}, vjpUnaryBackward<kSiluBw>, "x * sigmoid(x)");
     unary("gelu", FGelu{}, vjpUnaryBackward<kGeluBw>, "x/2 * (1 + erf(x/sqrt(2)))");
     unary("identity", FIdentity{}, vjpPassThrough, "x (a local copy)");
+    specs_.back().keepsDtype = true;
     unaryBw("relu_backward", BRelu{}, "(x, dy) -> dy where x > 0");
     unaryBw("sigmoid_backward", BSigmoid{}, "(x, dy) -> dy * s(1-s)");
     unaryBw("tanh_backward", BTanh{}, "(x, dy) -> dy * (1 - tanh^2)");
@@ -2081,14 +2080,13 @@ std::string checkOp(const OpSpec& spec, const json& attrs, const std::vector<Sha
         return "attribute dims is empty (omit it to reduce over every dim)";
     bool sums = spec.name == "all_reduce" || spec.name == "reduce_scatter";
     for (std::size_t i = 0; i < inputTypes.size(); ++i) {
-        if ((spec.cls == OpClass::Movement || spec.collective) && inputTypes[i] != inputTypes[0])
+        if (spec.keepsDtype && inputTypes[i] != inputTypes[0])
             return "input " + std::to_string(i) + " is " + std::string(toString(inputTypes[i])) + " but input 0 is " + std::string(toString(inputTypes[0]));
         if (sums && inputTypes[i] == DType::Int) return std::string(spec.name) + " sums its inputs; int tensors cannot be summed";
         bool wantInt = std::find(spec.intInputs.begin(), spec.intInputs.end(), static_cast<int>(i)) != spec.intInputs.end();
         if (!spec.collective && !spec.intInputs.empty() && wantInt != (inputTypes[i] == DType::Int))
             return "input " + std::to_string(i) + " must be " + (wantInt ? "an int" : "a float") + " tensor";
-        if (spec.intInputs.empty() && inputTypes[i] == DType::Int && spec.cls != OpClass::Movement && !spec.collective &&
-            spec.name != "identity")
+        if (spec.intInputs.empty() && inputTypes[i] == DType::Int && !spec.keepsDtype)
             return "input " + std::to_string(i) + " is an int tensor; " + std::string(spec.name) + " takes float tensors";
     }
     ConcreteShapes c;

@@ -157,6 +157,9 @@ struct OpSpec {
     std::vector<std::string_view> requiredAttrs;
     std::vector<std::string_view> optionalAttrs;
     bool collective = false;           ///< runs on a group of ranks; inputs/outputs in group order
+    /// Its outputs have its inputs' dtype, so int ids pass through: data movement, collectives and
+    /// identity. Every other op takes floats (bar its `intInputs`) and makes floats.
+    bool keepsDtype = false;
     std::string_view summary;
 
     void (*shapeConcrete)(ConcreteShapes&, const std::vector<std::vector<std::int64_t>>&,

@@ -19,6 +19,7 @@
 #include "ops/normal_form.hpp"
 #include "ops/registry.hpp"
 #include "verify/symmetry.hpp"
+#include "model/instance_names.hpp"
 
 namespace tv {
 
@@ -40,6 +41,26 @@ using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 using SymValue = Value<z3::expr>;
+
+/// A trace shows at most this many elements of a tensor.
+constexpr std::size_t kShownElements = 256;
+
+/// Whether one of the first `limit` elements of `v` applies an uninterpreted function (exp, log, a
+/// fractional pow, the routing functions...): its value under a model is then the solver's choice,
+/// consistent but not the real function's. Terms already looked at (`seen`, by Z3 id) are skipped.
+bool appliesUninterpreted(const SymValue& v, std::size_t limit, std::unordered_set<unsigned>& seen) {
+    std::vector<z3::expr> work;
+    for (std::size_t i = 0; i < v.v.size() && i < limit; ++i) work.push_back(v.v[i]);
+    while (!work.empty()) {
+        const z3::expr e = work.back();
+        work.pop_back();
+        if (!e.is_app() || !seen.insert(e.id()).second) continue;
+        const auto decl = e.decl();
+        if (decl.decl_kind() == Z3_OP_UNINTERPRETED && decl.arity() > 0) return true;
+        for (unsigned a = 0; a < e.num_args(); ++a) work.push_back(e.arg(a));
+    }
+    return false;
+}
 
 std::string indexString(const std::vector<std::int64_t>& idx) {
     std::string s = "[";
@@ -1139,7 +1160,7 @@ private:
         tv.rank = g.tensors[t].rank;
         tv.microbatch = g.tensors[t].microbatch;
         auto n = offs ? offs->size() : v.v.size();
-        for (std::size_t i = 0; i < n && i < 256; ++i) {
+        for (std::size_t i = 0; i < n && i < kShownElements; ++i) {
             auto k = offs ? static_cast<std::size_t>((*offs)[i]) : i;
             tv.values.push_back(value(m, v.v[k]));
         }
@@ -1325,7 +1346,7 @@ private:
             if (spec.collective || spec.cls == OpClass::Movement || spec.cls == OpClass::Collective) continue;
             const auto& attrs = plan_.opAttrs(P_, op);
             if (attrs.contains("parts") || attrs.contains("index")) continue;
-            auto name = plan_.names.find(undecorated(plan_.opName(P_, op)));
+            auto name = plan_.names.find(instance::logicalName(plan_.opName(P_, op)));
             if (name == kNone) continue;
             auto lop = L_.findOp(name);
             if (lop == kNone) continue;
@@ -1340,37 +1361,18 @@ private:
         return found;
     }
 
-    /// "fc2@r0~mb1~dp1", "fc2.mb1@r0" -> "fc2": the name a parallel op shares with its logical op.
-    static std::string undecorated(std::string_view name) {
-        std::string s = storedName(name);
-        auto strip = [&](std::string_view tag) {
-            for (std::size_t at = s.find(tag); at != std::string::npos; at = s.find(tag, at)) {
-                std::size_t end = at + tag.size();
-                while (end < s.size() && std::isdigit(static_cast<unsigned char>(s[end]))) ++end;
-                if (end == at + tag.size()) {
-                    at = end;
-                    continue;
-                }
-                s.erase(at, end - at);
-            }
-        };
-        strip("@r");
-        strip(".mb");
-        return s;
-    }
-
     /// Every op of the stage on both sides, in topological order, with the model's values of its
     /// inputs and outputs; the lineage copies of the stage's output record, each at the op that
     /// completes it, with whether it holds; and the divergence (the op `locate` named).
     std::shared_ptr<const StageTrace> buildTrace(const z3::model& m, OpId failingOp, const Failure& f) const {
         auto trace = std::make_shared<StageTrace>();
         const auto& reg = OpRegistry::instance();
+        std::unordered_set<unsigned> seenTerms;
         auto stepOf = [&](const Graph& g, OpId op, bool parallel, const std::unordered_map<TensorId, SymValue>& vals) {
             TraceStep s;
             s.parallel = parallel;
             s.op = plan_.opName(g, op);
             s.kind = std::string(reg.spec(g.ops[op].kind).name);
-            if (reg.spec(g.ops[op].kind).summary.find("uninterpreted") != std::string_view::npos) trace->uninterpreted = true;
             if (parallel) {
                 s.rank = g.homeRank(op);
                 s.microbatch = g.ops[op].microbatch;
@@ -1378,7 +1380,12 @@ private:
             for (auto t : g.inputs(op))
                 if (auto it = vals.find(t); it != vals.end()) s.inputs.push_back(valuesOf(m, g, t, it->second));
             for (auto t : g.outputs(op))
-                if (auto it = vals.find(t); it != vals.end()) s.outputs.push_back(valuesOf(m, g, t, it->second));
+                if (auto it = vals.find(t); it != vals.end()) {
+                    s.outputs.push_back(valuesOf(m, g, t, it->second));
+                    // The trace says so when a value it shows is an uninterpreted function's (the
+                    // terms decide, not the operator: a pow is exact for an integer exponent).
+                    if (!trace->uninterpreted) trace->uninterpreted = appliesUninterpreted(it->second, kShownElements, seenTerms);
+                }
             return s;
         };
         for (auto op : stage_.logicalOps) trace->logical.push_back(stepOf(L_, op, false, lVal_));
@@ -1400,7 +1407,7 @@ private:
         std::unordered_map<std::int32_t, int> lastOnRank;
         for (std::size_t i = 0; i < trace->parallel.size(); ++i) {
             auto& s = trace->parallel[i];
-            if (auto it = logicalByName.find(undecorated(s.op)); it != logicalByName.end()) {
+            if (auto it = logicalByName.find(instance::logicalName(s.op)); it != logicalByName.end()) {
                 s.logical = it->second;
             } else if (auto k = logicalByKind.find(s.kind); k != logicalByKind.end()) {
                 auto n = seenKind[{s.rank, s.kind}]++;

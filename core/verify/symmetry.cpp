@@ -5,6 +5,7 @@
 
 #include "ops/dims.hpp"
 #include "ops/registry.hpp"
+#include "model/instance_names.hpp"
 
 namespace tv {
 
@@ -155,11 +156,8 @@ Plan writeOutReplicas(const Plan& plan, const std::vector<bool>* opMask, const s
     // Instance i of an op or tensor with microbatch field mb: replica i / per, microbatch i % per.
     auto perReplica = [&](std::int32_t mb) { return M > 1 && mb >= 0 ? M : 1; };
     auto suffix = [&](std::int32_t mb, std::int32_t i) {
-        const std::int32_t per = perReplica(mb), k = i / per, m = i % per;
-        std::string s;
-        if (per > 1 && m > 0) s += "~mb" + std::to_string(m);
-        if (k > 0) s += "~dp" + std::to_string(k);
-        return s;
+        const std::int32_t per = perReplica(mb);
+        return instance::writtenOutSuffix(per > 1 ? i % per : 0, i / per);
     };
     auto instanceMb = [&](std::int32_t mb, std::int32_t i) { return perReplica(mb) > 1 ? i % perReplica(mb) : mb; };
     auto instanceRank = [&](std::int32_t rank, std::int32_t mb, std::int32_t i) { return rank >= 0 ? rank + (i / perReplica(mb)) * S : rank; };
@@ -354,6 +352,5 @@ std::uint64_t writtenOutOps(const Plan& plan, const Stage& stage) {
     return n;
 }
 
-std::string storedName(std::string_view instance) { return std::string(instance.substr(0, instance.find('~'))); }
 
 }  // namespace tv

@@ -24,9 +24,6 @@ namespace tv {
 /// replicas. The explorer draws this form.
 Plan expandReplicas(const Plan& plan);
 
-/// The stored name an instance stands for: "x~mb1~dp1" -> "x" (a name without suffix is its own).
-std::string storedName(std::string_view instance);
-
 /// Writes out part of a plan stored with replicas: the selected ops (every instance; a collective
 /// across replicas once, over all of them; an accumulation across microbatches as a chain of adds)
 /// and the selected records; tensors as the selected ops and records need them. `origin` receives,
