@@ -98,7 +98,21 @@ private slots:
         QTest::newRow("generate unknown model") << QStringList{"generate", "--model", "bert", "-o", "-"} << "unknown model \"bert\"";
         QTest::newRow("generate bad degree") << QStringList{"generate", "--model", "llama3", "--dp", "two", "-o", "-"} << "--dp needs a whole number";
         QTest::newRow("generate ep without experts") << QStringList{"generate", "--model", "llama3", "--ep", "2", "-o", "-"} << "needs a model with experts";
-        QTest::newRow("generate unknown option") << QStringList{"generate", "--model", "llama3", "--fsdp", "-o", "-"} << "unknown option --fsdp";
+        QTest::newRow("generate unknown option") << QStringList{"generate", "--model", "llama3", "--fsdp", "-o", "-"} << "generate: unknown option --fsdp";
+        // One argument parser for every command: each names itself, and a missing value or a
+        // second plan is said the same way everywhere.
+        QTest::newRow("inspect unknown option") << QStringList{"inspect", example("mlp-tp2.json"), "--deep"} << "inspect: unknown option --deep";
+        QTest::newRow("inspect two plans") << QStringList{"inspect", example("mlp-tp2.json"), example("mlp-pp2.json")} << "inspect takes one plan file";
+        QTest::newRow("convert positional") << QStringList{"convert", "plan.pkl"} << "convert: unexpected argument plan.pkl";
+        QTest::newRow("convert missing value") << QStringList{"convert", "--logical"} << "--logical needs a file name";
+        QTest::newRow("ops takes nothing") << QStringList{"ops", "--all"} << "ops: unknown option --all";
+        QTest::newRow("oracle seed missing") << QStringList{"oracle", example("mlp-tp2.json"), "--seed"} << "--seed needs a whole number";
+        QTest::newRow("oracle trials not whole") << QStringList{"oracle", example("mlp-tp2.json"), "--trials", "1.5"} << "--trials needs a whole number";
+        QTest::newRow("mutate zero ranks") << QStringList{"mutate", example("mlp-tp2.json"), "--bug", "tp-allreduce-identity", "--rank"} << "--rank needs a rank number";
+        QTest::newRow("verify html to stdout") << QStringList{"verify", example("mlp-tp2.json"), "--html", "-"} << "--html needs a file name";
+        QTest::newRow("verify two plans") << QStringList{"verify", example("mlp-tp2.json"), example("mlp-pp2.json")} << "verify takes one plan file";
+        QTest::newRow("generate zero out of range") << QStringList{"generate", "--model", "mlp", "--zero", "4", "-o", "-"} << "--zero must be 1, 2 or 3";
+        QTest::newRow("generate degree out of range") << QStringList{"generate", "--model", "mlp", "--dp", "0", "-o", "-"} << "--dp must be from 1 to 1048576";
     }
     void badInput() {
         QFETCH(QStringList, args);
