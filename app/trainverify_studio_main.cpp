@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
         "TrainVerify Studio: the logical and the parallel graph of a training plan side by side, with stages and lineage."));
     parser.addHelpOption();
     parser.addVersionOption();
-    parser.addPositionalArgument(QStringLiteral("plan"), QStringLiteral("A plan file (JSON, format version 1) to open."));
+    parser.addPositionalArgument(QStringLiteral("plan"), QStringLiteral("A plan file (JSON, format version 1, 2 or 3) to open."));
     QCommandLineOption screenshot(QStringLiteral("screenshot"),
                                   QStringLiteral("Open the plan, save a picture of the window to FILE and quit."), QStringLiteral("FILE"));
     QCommandLineOption select(QStringLiteral("select"), QStringLiteral("Select the op or tensor whose name matches NAME."),

@@ -1,4 +1,4 @@
-// Plan file format, version 1: reading (with validation that names the JSON path of every
+// Plan file format, versions 1 to 3 (docs/plan-format.md): reading (with validation that names the JSON path of every
 // problem) and canonical writing (read -> write -> read is the identity).
 #pragma once
 

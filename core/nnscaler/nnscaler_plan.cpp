@@ -341,9 +341,6 @@ private:
     }
 };
 
-}  // namespace
-
-namespace {
 
 /// constantOf's walk: depth-limited, at most `left` values in all, and an object already on the
 /// path (a cycle) is not entered again.

@@ -9,11 +9,15 @@
 #include <string>
 #include <vector>
 
-#include <z3++.h>
-
 #include "model/plan.hpp"
 #include "verify/diagnosis.hpp"
 #include "verify/stages.hpp"
+
+// Z3 stays behind this header (and the verifier's): what crosses it is a context handle for
+// interrupting a running stage, never a term, so the Studio's headers do not see the solver.
+namespace z3 {
+class context;
+}
 
 namespace tv {
 

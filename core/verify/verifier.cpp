@@ -1,4 +1,6 @@
 #include "verify/verifier.hpp"
+
+#include <z3++.h>
 #include "model/text.hpp"
 
 #include <sys/resource.h>
