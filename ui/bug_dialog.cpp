@@ -9,7 +9,6 @@
 #include <QPushButton>
 #include <QTreeWidget>
 #include <QVBoxLayout>
-#include <QtConcurrent/QtConcurrentRun>
 
 namespace tv::ui {
 
@@ -91,28 +90,19 @@ void BugDialog::selectBug(const QString& name) {
                 const QSignalBlocker block(tree_);
                 tree_->setCurrentItem(tree_->topLevelItem(i)->child(j));
             }
-    const auto id = ++request_;
-    if (!watcher_) {
-        watcher_ = new QFutureWatcher<SitesResult>(this);
-        connect(watcher_, &QFutureWatcherBase::finished, this, &BugDialog::onSites);
-    }
-    // The newest search wins: setFuture drops the results a previous future had posted, and the
-    // request id guards the rest. A search still running finishes on the pool; it holds the plan.
-    auto plan = plan_;
-    const auto bug = name.toStdString();
-    watcher_->setProperty("request", id);
-    watcher_->setFuture(QtConcurrent::run([plan, bug]() -> SitesResult {
-        try {
-            return {bugs::findSites(*plan, bug), QString()};
-        } catch (const std::exception& e) {
-            return {{}, QString::fromUtf8(e.what())};
-        }
-    }));
+    siteSearch_.start(
+        [plan = plan_, bug = name.toStdString()]() -> SitesResult {
+            try {
+                return {bugs::findSites(*plan, bug), QString()};
+            } catch (const std::exception& e) {
+                return {{}, QString::fromUtf8(e.what())};
+            }
+        },
+        [this](quint64, SitesResult result) { onSites(std::move(result)); });
 }
 
-void BugDialog::onSites() {
-    if (watcher_->property("request").toULongLong() != request_) return;
-    auto [sites, error] = watcher_->result();
+void BugDialog::onSites(SitesResult result) {
+    auto [sites, error] = std::move(result);
     ready_ = true;
     sites_ = std::move(sites);
     const QSignalBlocker block(site_);

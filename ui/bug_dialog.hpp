@@ -4,12 +4,12 @@
 #pragma once
 
 #include <QDialog>
-#include <QFutureWatcher>
 
 #include <memory>
 #include <vector>
 
 #include "bugs/bug_catalog.hpp"
+#include "job_tracker.hpp"
 
 class QComboBox;
 class QLabel;
@@ -35,7 +35,8 @@ signals:
     void sitesFound();
 
 private:
-    void onSites();
+    using SitesResult = std::pair<std::vector<bugs::Site>, QString>;
+    void onSites(SitesResult result);
     void fillRanks();
 
     std::shared_ptr<const Plan> plan_;
@@ -48,9 +49,8 @@ private:
     QString bug_;
     bool ready_ = false;
     std::vector<bugs::Site> sites_;
-    using SitesResult = std::pair<std::vector<bugs::Site>, QString>;
-    QFutureWatcher<SitesResult>* watcher_ = nullptr;
-    quint64 request_ = 0;
+    /// The newest search wins; a search still running finishes on the pool (it holds the plan).
+    JobTracker siteSearch_{this};
 };
 
 }  // namespace tv::ui

@@ -10,7 +10,6 @@
 #include <QDir>
 #include <QDockWidget>
 #include <QElapsedTimer>
-#include <QFutureWatcher>
 #include <QGraphicsItem>
 #include <QFile>
 #include <QFileDialog>
@@ -36,7 +35,6 @@
 #include <QToolBar>
 #include <QVBoxLayout>
 #include <QThreadPool>
-#include <QtConcurrent/QtConcurrentRun>
 
 #include <fstream>
 
@@ -476,10 +474,18 @@ void MainWindow::injectBug(const QString& bug, const bugs::MutateOptions& option
     auto opened = l->opened;
     const auto name = bug.toStdString();
     statusBar()->showMessage(tr("Injecting %1...").arg(bug));
-    auto* watcher = new QFutureWatcher<session::InjectedBug>(this);
-    connect(watcher, &QFutureWatcherBase::finished, this, [this, watcher, bug, opened] {
-        auto injected = watcher->result();
-        watcher->deleteLater();
+    auto work = [opened, name, options]() -> session::InjectedBug {
+        try {
+            return session::injectBug(*opened, name, options);
+        } catch (const std::exception& e) {
+            // Out of memory while copying: said, never a crash of the Studio.
+            session::InjectedBug failed;
+            failed.error = e.what();
+            return failed;
+        }
+    };
+    // Every result is delivered: the plan it was made for decides whether it still applies.
+    bugJobs_.start(std::move(work), [this, bug, opened](quint64, session::InjectedBug injected) {
         if (!scene_->loaded() || scene_->loaded()->opened != opened) {
             // Another plan was opened meanwhile: the bug was for the one that is gone.
             statusBar()->showMessage(tr("%1 was not injected: another plan was opened meanwhile.").arg(bug), 8000);
@@ -515,17 +521,7 @@ void MainWindow::injectBug(const QString& bug, const bugs::MutateOptions& option
         auto copy = injected.opened;
         startJob([copy](QString* error, const LayoutControl* control) { return loadOpenedPlan(copy, error, kMaxWrittenOutOps, control); },
                  tr("Opening the plan with %1").arg(bug));
-    });
-    watcher->setFuture(QtConcurrent::run([opened, name, options]() -> session::InjectedBug {
-        try {
-            return session::injectBug(*opened, name, options);
-        } catch (const std::exception& e) {
-            // Out of memory while copying: said, never a crash of the Studio.
-            session::InjectedBug failed;
-            failed.error = e.what();
-            return failed;
-        }
-    }));
+    }, JobTracker::Delivery::Always);
 }
 
 bool MainWindow::verifying() const { return verifier_ && verifier_->running() && verifyRun_ == verifier_->currentRun(); }
@@ -825,8 +821,6 @@ int MainWindow::applyFilter(const ViewFilter& f) {
 }
 
 void MainWindow::startJob(std::function<std::shared_ptr<LoadedPlan>(QString*, const LayoutControl*)> job, const QString& what, bool open) {
-    const auto id = ++jobId_;
-    if (open) openId_ = id;
     // A newer open supersedes every job; a newer re-layout, the re-layouts before it (never an
     // open). What they would deliver is dropped, so their layouts are stopped now.
     for (auto& [older, j] : jobs_)
@@ -834,8 +828,6 @@ void MainWindow::startJob(std::function<std::shared_ptr<LoadedPlan>(QString*, co
     auto state = std::make_shared<Job>();
     state->what = what;
     state->open = open;
-    jobs_[id] = state;
-    if (jobs_.size() == 1) QApplication::setOverrideCursor(Qt::BusyCursor);
     LayoutControl control;
     control.program = thisProgram();
     control.stop = &state->stop;
@@ -849,24 +841,8 @@ void MainWindow::startJob(std::function<std::shared_ptr<LoadedPlan>(QString*, co
         state->edges = edges;
         state->side = static_cast<int>(side);
     };
-    updateLayoutProgress();
-    layoutTimer_->start();
-    // One watcher per job: a newer job never cancels the delivery of an older one, which is
-    // simply dropped when it arrives (value in, value out; GUI state touched only here).
-    auto* watcher = new QFutureWatcher<std::pair<std::shared_ptr<LoadedPlan>, QString>>(this);
-    connect(watcher, &QFutureWatcherBase::finished, this, [this, watcher, id, open, state] {
-        auto [loaded, error] = watcher->result();
-        watcher->deleteLater();
-        jobs_.erase(id);
-        if (jobs_.empty()) {
-            QApplication::restoreOverrideCursor();
-            layoutTimer_->stop();
-        }
-        updateLayoutProgress();
-        onLoaded(id, std::move(loaded), error, open, state->stop.load());
-    });
     // The job holds its state (and the control pointing into it) until it ends.
-    watcher->setFuture(QtConcurrent::run([job, state, control]() -> std::pair<std::shared_ptr<LoadedPlan>, QString> {
+    auto work = [job, state, control]() -> std::pair<std::shared_ptr<LoadedPlan>, QString> {
         QString error;
         try {
             auto loaded = job(&error, &control);
@@ -874,7 +850,23 @@ void MainWindow::startJob(std::function<std::shared_ptr<LoadedPlan>(QString*, co
         } catch (const std::exception& e) {
             return {nullptr, QString::fromUtf8(e.what())};
         }
-    }));
+    };
+    // Every result is delivered (value in, value out; GUI state touched only here): onLoaded
+    // drops what a newer job superseded, by the kind of job.
+    const auto id = loadJobs_.start(std::move(work), [this, open, state](quint64 done, std::pair<std::shared_ptr<LoadedPlan>, QString> result) {
+        jobs_.erase(done);
+        if (jobs_.empty()) {
+            QApplication::restoreOverrideCursor();
+            layoutTimer_->stop();
+        }
+        updateLayoutProgress();
+        onLoaded(done, std::move(result.first), result.second, open, state->stop.load());
+    }, JobTracker::Delivery::Always);
+    if (open) openId_ = id;
+    jobs_[id] = state;
+    if (jobs_.size() == 1) QApplication::setOverrideCursor(Qt::BusyCursor);
+    updateLayoutProgress();
+    layoutTimer_->start();
 }
 
 void MainWindow::cancelLayout() {
@@ -954,7 +946,7 @@ void MainWindow::openNnScalerPair(const QString& logicalPath, const QString& par
 void MainWindow::onLoaded(quint64 id, std::shared_ptr<LoadedPlan> loaded, const QString& error, bool open, bool cancelled) {
     // A newer open supersedes an open; a re-layout is superseded by any newer job, and is dropped
     // when the plan it laid out is no longer the one on screen.
-    if (open ? id != openId_ : (id != jobId_ || (loaded && scene_->loaded() && loaded->plan != scene_->loaded()->plan))) return;
+    if (open ? id != openId_ : (id != loadJobs_.newest() || (loaded && scene_->loaded() && loaded->plan != scene_->loaded()->plan))) return;
     pendingOptions_.reset();
     if (!loaded && cancelled) {
         // Cancelled by the user: no dialog; the plan on screen (if any) stays as it was.

@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "find_model.hpp"
+#include "job_tracker.hpp"
 #include "plan_scene.hpp"
 #include "explore/lessons.hpp"
 #include "generate/generator.hpp"
@@ -191,8 +192,10 @@ private:
     QComboBox* filterPhase_ = nullptr;
     QLineEdit* filterKind_ = nullptr;
     bool updatingFilterBar_ = false;
-    quint64 jobId_ = 0;       ///< the newest job; results of older re-layouts are dropped
-    quint64 openId_ = 0;      ///< the newest open; results of older opens are dropped
+    /// Opens and re-layouts: the newest one's id drops older re-layouts' results.
+    JobTracker loadJobs_{this};
+    JobTracker bugJobs_{this};  ///< injecting a bug into a copy of the plan
+    quint64 openId_ = 0;        ///< the newest open; results of older opens are dropped
     /// A job in progress: what it does, and what its layout reports and obeys.
     struct Job {
         QString what;

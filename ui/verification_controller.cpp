@@ -1,8 +1,5 @@
 #include "verification_controller.hpp"
 
-#include <QFutureWatcher>
-#include <QtConcurrent/QtConcurrentRun>
-
 namespace tv::ui {
 
 VerificationController::VerificationController(QObject* parent) : QObject(parent) {
@@ -26,7 +23,7 @@ VerificationController::~VerificationController() {
 }
 
 quint64 VerificationController::start(std::shared_ptr<const session::OpenedPlan> opened, VerifyOptions options) {
-    const quint64 id = ++runId_;
+    const quint64 id = runs_.next();
     {
         std::lock_guard lock(mutex_);
         if (run_) run_->cancel();
@@ -64,21 +61,7 @@ quint64 VerificationController::start(std::shared_ptr<const session::OpenedPlan>
     drainTimer_.start();
     emit started(id);
 
-    auto* watcher = new QFutureWatcher<std::shared_ptr<const VerifyReport>>(this);
-    connect(watcher, &QFutureWatcherBase::finished, this, [this, watcher, id] {
-        auto report = watcher->result();
-        watcher->deleteLater();
-        if (id != runId_) return;  // superseded: a newer run owns the board
-        drain();
-        drainTimer_.stop();
-        running_ = false;
-        {
-            std::lock_guard lock(mutex_);
-            run_.reset();
-        }
-        emit finished(id, std::move(report));
-    });
-    watcher->setFuture(QtConcurrent::run(&pool_, [opened, run]() -> std::shared_ptr<const VerifyReport> {
+    auto work = [opened, run]() -> std::shared_ptr<const VerifyReport> {
         try {
             auto report = run->run();
             session::finishReport(*opened, report);
@@ -93,7 +76,19 @@ quint64 VerificationController::start(std::shared_ptr<const session::OpenedPlan>
             r->failure = f;
             return r;
         }
-    }));
+    };
+    // Delivered only while no newer run was started: a newer run owns the board.
+    [[maybe_unused]] const auto started = runs_.start(std::move(work), [this](quint64 done, std::shared_ptr<const VerifyReport> report) {
+        drain();
+        drainTimer_.stop();
+        running_ = false;
+        {
+            std::lock_guard lock(mutex_);
+            run_.reset();
+        }
+        emit finished(done, std::move(report));
+    });
+    Q_ASSERT(started == id);
     return id;
 }
 
@@ -110,7 +105,7 @@ void VerificationController::drain() {
         batch.swap(pending_);
         id = pendingRun_;
     }
-    if (batch.empty() || id != runId_) return;
+    if (batch.empty() || id != runs_.newest()) return;
     emit stagesUpdated(id, QVector<StageUpdate>(batch.begin(), batch.end()));
 }
 

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <vector>
 
+#include "job_tracker.hpp"
 #include "session/session.hpp"
 #include "verify/verifier.hpp"
 
@@ -43,7 +44,7 @@ public:
     /// from a callback running on a worker thread.
     void cancel();
     bool running() const { return running_; }
-    quint64 currentRun() const { return runId_; }
+    quint64 currentRun() const { return runs_.newest(); }
     ProofCache& proofs() { return proofs_; }
 
 signals:
@@ -58,7 +59,8 @@ private:
     QThreadPool pool_;
     QTimer drainTimer_;
     ProofCache proofs_;
-    quint64 runId_ = 0;
+    /// The runs, on the pool (declared after it): a superseded run's report is dropped.
+    JobTracker runs_{this, &pool_};
     bool running_ = false;
     std::mutex mutex_;                              ///< guards pending_ and run_
     std::vector<StageUpdate> pending_;
