@@ -59,7 +59,6 @@ quint64 VerificationController::start(std::shared_ptr<const session::OpenedPlan>
     }
     running_ = true;
     drainTimer_.start();
-    emit started(id);
 
     auto work = [opened, run]() -> std::shared_ptr<const VerifyReport> {
         try {
@@ -78,7 +77,7 @@ quint64 VerificationController::start(std::shared_ptr<const session::OpenedPlan>
         }
     };
     // Delivered only while no newer run was started: a newer run owns the board.
-    [[maybe_unused]] const auto started = runs_.start(std::move(work), [this](quint64 done, std::shared_ptr<const VerifyReport> report) {
+    [[maybe_unused]] const auto tracked = runs_.start(std::move(work), [this](quint64 done, std::shared_ptr<const VerifyReport> report) {
         drain();
         drainTimer_.stop();
         running_ = false;
@@ -88,7 +87,8 @@ quint64 VerificationController::start(std::shared_ptr<const session::OpenedPlan>
         }
         emit finished(done, std::move(report));
     });
-    Q_ASSERT(started == id);
+    Q_ASSERT(tracked == id);
+    emit started(id);  // after the tracker knows the run: currentRun() is this run for a slot
     return id;
 }
 
