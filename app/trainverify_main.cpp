@@ -12,6 +12,7 @@
 
 #include "cli/arguments.hpp"
 #include "cli/commands.hpp"
+#include "process/memory_limit.hpp"
 #include "verify/solver_process.hpp"
 
 namespace {
@@ -131,13 +132,15 @@ int main(int argc, char** argv) {
         for (const auto& [name, command] : kCommands)
             if (cmd == name) return command(rest);
         return tv::cli::usageError("unknown command " + cmd);
-    } catch (const std::bad_alloc&) {
-        // Not the input's fault and not a verdict: the run could not finish (exit 2, like any
-        // INCONCLUSIVE), never the code of an invalid plan.
-        std::fprintf(stdout, "INCONCLUSIVE: out of memory while running \"%s\"; nothing was decided\n", cmd.c_str());
-        std::fprintf(stderr, "trainverify: out of memory (%s); try --jobs 1, or a machine with more memory\n", cmd.c_str());
-        return 2;
     } catch (const std::exception& e) {
+        if (tv::isOutOfMemory(e)) {
+            // Not the input's fault and not a verdict: the run could not finish (exit 2, like any
+            // INCONCLUSIVE), never the code of an invalid plan. (A thread that cannot start under
+            // --memory or ulimit -v is the same limit.)
+            std::fprintf(stdout, "INCONCLUSIVE: out of memory while running \"%s\"; nothing was decided\n", cmd.c_str());
+            std::fprintf(stderr, "trainverify: out of memory (%s); try --jobs 1, a higher --memory, or a machine with more memory\n", cmd.c_str());
+            return 2;
+        }
         std::fprintf(stderr, "trainverify: internal error: %s\n", e.what());
         return 3;
     }

@@ -97,7 +97,7 @@ int mutateCommand(const Args& args) {
         std::fprintf(stderr, "note: the reader rejects the mutant, so verify reports INVALID: %s\n", m.problems.front().toString().c_str());
     if (!verifyAfter) return 0;
     auto t1 = std::chrono::steady_clock::now();
-    limitMemory(vo.memoryMiB);
+    limitMemory(vo.memoryMiB, vo.jobs);
     RunGuard guard(vo.runSeconds);
     tv::VerifyReport report = injected.opened ? verifyGuarded(*injected.opened->plan, vo, guard) : tv::invalidReport(m.problems);
     if (injected.opened) tv::session::finishReport(*injected.opened, report);

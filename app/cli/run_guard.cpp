@@ -2,13 +2,14 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <malloc.h>
 #include <pthread.h>
-#include <sys/resource.h>
+#include <thread>
 #include <unistd.h>
+
+#include "process/memory_limit.hpp"
 
 namespace tv::cli {
 
@@ -56,19 +57,13 @@ void addRunOptions(Arguments& args, VerifyOptions& options) {
     args.flag({"--in-process"}, [&options] { options.isolate = false; });
 }
 
-void limitMemory(std::uint64_t mib) {
+void limitMemory(std::uint64_t mib, unsigned jobs) {
     if (mib == 0) return;
     mallopt(M_ARENA_MAX, 1);
-    std::uint64_t pages = 0;
-    if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
-        if (std::fscanf(f, "%" SCNu64, &pages) != 1) pages = 0;
-        std::fclose(f);
-    }
-    rlimit r{};
-    getrlimit(RLIMIT_AS, &r);
-    const auto want = static_cast<rlim_t>(pages * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE)) + (mib << 20));
-    r.rlim_cur = r.rlim_max == RLIM_INFINITY ? want : std::min<rlim_t>(want, r.rlim_max);
-    setrlimit(RLIMIT_AS, &r);
+    // The threads still to start: the guard's, the run's watch, and per job a worker and the
+    // timer thread Z3 starts for a query with a timeout (in process), with two to spare.
+    const unsigned workers = jobs ? jobs : std::max(1u, std::thread::hardware_concurrency());
+    capAddressSpace(mib, 2 * workers + 4);
 }
 
 RunGuard::RunGuard(double budgetSeconds) {

@@ -20,9 +20,10 @@ namespace tv::cli {
 /// and --in-process on `args`, each setting its part of `options`.
 void addRunOptions(Arguments& args, VerifyOptions& options);
 
-/// Limits this process to `mib` MiB beyond what it has mapped now (the solver processes set
-/// their own). One malloc arena: each thread's would reserve 64 MiB of address space. 0: no limit.
-void limitMemory(std::uint64_t mib);
+/// Limits this process to `mib` MiB beyond what it has mapped now and the stacks of the threads a
+/// run of `jobs` jobs starts (capAddressSpace; the solver processes set their own). One malloc
+/// arena: each thread's would reserve 64 MiB of address space. 0: no limit.
+void limitMemory(std::uint64_t mib, unsigned jobs);
 
 /// Ctrl-C (SIGINT), SIGTERM and the time budget of a verify command. Z3 installs its own SIGINT
 /// handler for the length of a solver call, which only flags that one call, so the signals are

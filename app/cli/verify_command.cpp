@@ -32,7 +32,7 @@ int verifyCommand(const Args& args) {
     if (pair && (logicalPath.empty() || parallelPath.empty())) return usageError("--logical and --parallel go together");
     if (pair && !path.empty()) return usageError("verify takes a plan file or --logical and --parallel, not both");
     if (!pair && path.empty()) return usageError("verify needs a plan file (or --logical Gs.pkl --parallel Gp.pkl)");
-    limitMemory(opts.memoryMiB);
+    limitMemory(opts.memoryMiB, opts.jobs);
     RunGuard guard(opts.runSeconds);
     auto opened = pair ? session::openNnScalerPair(logicalPath, parallelPath) : session::openPlanFile(path);
     VerifyReport report = opened.ok() ? verifyGuarded(*opened.opened->plan, opts, guard) : std::move(opened.refusal);

@@ -20,6 +20,7 @@
 #include "ops/registry.hpp"
 #include "verify/symmetry.hpp"
 #include "model/instance_names.hpp"
+#include "process/memory_limit.hpp"
 
 namespace tv {
 
@@ -1570,7 +1571,9 @@ StageResult checkStage(const Plan& plan, const Stage& stage, const CheckOptions&
     } catch (const std::bad_alloc&) {
         r = inconclusiveResult(stage, "out of memory while checking the stage");
     } catch (const std::exception& e) {
-        r = inconclusiveResult(stage, std::string("internal error while checking the stage: ") + e.what());
+        // A thread that cannot start under a memory limit (EAGAIN) is that limit too.
+        r = inconclusiveResult(stage, isOutOfMemory(e) ? std::string("out of memory while checking the stage")
+                                                       : std::string("internal error while checking the stage: ") + e.what());
     } catch (...) {
         // Z3's own out_of_memory_error is not a std::exception; under a memory limit it can
         // escape a solver call.

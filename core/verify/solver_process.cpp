@@ -1,6 +1,5 @@
 #include "verify/solver_process.hpp"
 
-#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +13,7 @@
 #include <z3.h>
 
 #include "io/plan_json.hpp"
+#include "process/memory_limit.hpp"
 #include "verify/stages.hpp"
 #include "verify/symmetry.hpp"
 
@@ -23,17 +23,6 @@ namespace {
 
 // Exit status of a solver process that runs out of memory outside a stage's check.
 constexpr int kOutOfMemory = 10;
-
-/// Bytes of address space this process has mapped (/proc/self/statm, first field, in pages).
-std::uint64_t mappedBytes() {
-    std::uint64_t pages = 0;
-    if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
-        unsigned long long p = 0;
-        if (std::fscanf(f, "%llu", &p) == 1) pages = p;
-        std::fclose(f);
-    }
-    return pages * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
-}
 
 StageResult stoppedResult(std::uint32_t stage, std::string message) {
     StageResult r;
@@ -208,12 +197,8 @@ int serveSolverProcess(int fd) {
         if (memoryMiB > 0) {
             // What it may allocate beyond the plan; Z3 stops itself a little before (an
             // out-of-memory exception: an INCONCLUSIVE stage with the reason).
-            rlimit r{};
-            ::getrlimit(RLIMIT_AS, &r);
-            auto soft = static_cast<rlim_t>(mappedBytes() + (memoryMiB << 20));
-            if (r.rlim_max != RLIM_INFINITY && soft > r.rlim_max) soft = r.rlim_max;
-            r.rlim_cur = soft;
-            ::setrlimit(RLIMIT_AS, &r);
+            // (A query may start Z3's timer thread: its stack is allowed for.)
+            capAddressSpace(memoryMiB, 2);
             Z3_global_param_set("memory_max_size", std::to_string(std::max<std::uint64_t>(1, memoryMiB * 7 / 8)).c_str());
         }
         if (!sendFrame(fd, nlohmann::json{{"ready", true}}.dump())) return 0;
@@ -257,9 +242,8 @@ int serveSolverProcess(int fd) {
             opts.keepTrace = c.at("trace").get<bool>();
             if (!sendFrame(fd, stageResultToJson(checkStage(*p, cut->stages[id], opts)).dump())) return 0;
         }
-    } catch (const std::bad_alloc&) {
-        return kOutOfMemory;
     } catch (const std::exception& e) {
+        if (isOutOfMemory(e)) return kOutOfMemory;
         sendFrame(fd, nlohmann::json{{"error", std::string("internal error: ") + e.what()}}.dump());
         return 0;
     }
