@@ -10,6 +10,7 @@
 
 #include "ops/algebra.hpp"
 #include "ops/registry.hpp"
+#include "ops/symbolic.hpp"
 
 using namespace tv;
 using json = nlohmann::json;
@@ -512,6 +513,66 @@ private slots:
         // a part index outside [0, parts) is refused
         QVERIFY(!checkOp(spec("embedding"), json{{"parts", 2}, {"index", 2}}, {{N}, {n, H}}, {{N, H}}, {DType::Int, DType::Float}).empty());
         QVERIFY(!checkOp(spec("one_hot"), json{{"parts", 2}}, {{N}}, {{N, n}}, {DType::Int}).empty());
+    }
+
+    /// Checks that belong to one operator are on its spec, not keyed on its name in checkOp: each
+    /// row is an operator given what only its own check refuses, with the message it must give.
+    void operatorOwnChecks_data() {
+        QTest::addColumn<QString>("op");
+        QTest::addColumn<QString>("attrs");
+        QTest::addColumn<QList<QList<qint64>>>("inputs");
+        QTest::addColumn<QList<QList<qint64>>>("outputs");
+        QTest::addColumn<bool>("intInput");
+        QTest::addColumn<QString>("message");  // empty: accepted
+        using S = QList<QList<qint64>>;
+        QTest::newRow("permute lists too few dims") << "permute" << R"({"dims": [1, 0]})" << S{{2, 3, 4}} << S{{3, 2, 4}} << false << "attribute dims must list every dim of the input once";
+        QTest::newRow("permute lists every dim") << "permute" << R"({"dims": [1, 0, 2]})" << S{{2, 3, 4}} << S{{3, 2, 4}} << false << "";
+        for (const char* op : {"sum", "mean"})
+            QTest::newRow((std::string(op) + " over no dims").c_str()) << op << R"({"dims": []})" << S{{2, 3}} << S{{}} << false << "attribute dims is empty (omit it to reduce over every dim)";
+        for (const char* op : {"sum_backward", "mean_backward"})
+            QTest::newRow((std::string(op) + " over no dims").c_str()) << op << R"({"dims": []})" << S{{}} << S{{2, 3}} << false << "attribute dims is empty (omit it to reduce over every dim)";
+        QTest::newRow("sum over dim 0") << "sum" << R"({"dims": [0]})" << S{{2, 3}} << S{{3}} << false << "";
+        QTest::newRow("all_reduce of ids") << "all_reduce" << "{}" << S{{4}, {4}} << S{{4}, {4}} << true << "all_reduce sums its inputs; int tensors cannot be summed";
+        QTest::newRow("reduce_scatter of ids") << "reduce_scatter" << R"({"dim": 0})" << S{{4}, {4}} << S{{2}, {2}} << true << "reduce_scatter sums its inputs; int tensors cannot be summed";
+        QTest::newRow("all_gather of ids") << "all_gather" << R"({"dim": 0})" << S{{2}, {2}} << S{{4}, {4}} << true << "";
+    }
+    void operatorOwnChecks() {
+        QFETCH(QString, op);
+        QFETCH(QString, attrs);
+        QFETCH(QList<QList<qint64>>, inputs);
+        QFETCH(QList<QList<qint64>>, outputs);
+        QFETCH(bool, intInput);
+        QFETCH(QString, message);
+        auto shapes = [](const QList<QList<qint64>>& l) {
+            std::vector<Shape> v;
+            for (const auto& s : l) v.emplace_back(s.begin(), s.end());
+            return v;
+        };
+        const auto& reg = OpRegistry::instance();
+        const auto kind = reg.find(op.toStdString());
+        QVERIFY(kind);
+        const std::vector<DType> types(static_cast<std::size_t>(inputs.size()), intInput ? DType::Int : DType::Float);
+        const auto err = checkOp(reg.spec(*kind), json::parse(attrs.toStdString()), shapes(inputs), shapes(outputs), types);
+        QCOMPARE(QString::fromStdString(err), message);
+    }
+
+    /// How many classes the ids of each lookup may name (what the checker constrains index data
+    /// to): the whole vocabulary, a part's class count times the parts; 0 for any other operator.
+    void lookupRangesCoverTheWholeVocabulary() {
+        const auto& reg = OpRegistry::instance();
+        auto range = [&](const char* op, std::vector<Shape> in, std::vector<Shape> out, const json& a) {
+            return lookupRange(reg.spec(*reg.find(op)), in, out, a);
+        };
+        const json part{{"parts", 4}, {"index", 1}};
+        QCOMPARE(range("embedding", {{6}, {5, 8}}, {{6, 8}}, part), std::int64_t(20));
+        QCOMPARE(range("embedding", {{6}, {5, 8}}, {{6, 8}}, json::object()), std::int64_t(5));
+        QCOMPARE(range("embedding_backward", {{6}, {6, 8}}, {{5, 8}}, part), std::int64_t(20));
+        QCOMPARE(range("target_logit", {{6, 5}, {6}}, {{6}}, part), std::int64_t(20));
+        QCOMPARE(range("one_hot", {{6}}, {{6, 5}}, part), std::int64_t(20));
+        QCOMPARE(range("cross_entropy", {{6, 5}, {6}}, {{}}, json::object()), std::int64_t(5));
+        QCOMPARE(range("cross_entropy_backward", {{6, 5}, {6}, {}}, {{6, 5}}, json::object()), std::int64_t(5));
+        QCOMPARE(range("linear", {{6, 5}, {3, 5}}, {{6, 3}}, json::object()), std::int64_t(0));
+        QCOMPARE(range("add", {{6}, {6}}, {{6}}, json::object()), std::int64_t(0));
     }
 
     /// The rounding bound the checker uses to confirm a counterexample with the real functions

@@ -1,4 +1,4 @@
-#include "ops/algebra.hpp"
+#include "ops/symbolic.hpp"
 
 #include <algorithm>
 #include <cfloat>

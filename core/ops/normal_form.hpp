@@ -23,7 +23,7 @@
 
 #include <z3++.h>
 
-#include "ops/algebra.hpp"
+#include "ops/symbolic.hpp"
 
 namespace tv {
 

@@ -1,7 +1,9 @@
 // The operator registry: for every operator, in one place, its arity and attributes, its shape
 // rule (checked on concrete shapes, and posed as integer constraints for shape reduction), its
 // semantics (written once over an algebra: symbolic on Z3, concrete on doubles) and its
-// backward (VJP) rule, which emits ops of their own.
+// backward (VJP) rule, which emits ops of their own. The operators are defined by family, each
+// family's shape rules, semantics, VJPs and registration together (ops_*.cpp, written with
+// ops/op_definition.hpp); this header includes no Z3 (the symbolic side: ops/symbolic.hpp).
 #pragma once
 
 #include <cstdint>
@@ -12,12 +14,17 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
-#include <z3++.h>
 
 #include "model/plan.hpp"
 #include "ops/algebra.hpp"
 
+namespace z3 {
+class expr;
+}
+
 namespace tv {
+
+struct SymAlgebra;
 
 /// A tensor value at (possibly reduced) shape, one scalar per element. Integer (index) tensors
 /// hold their values in `v` too (unknowns in a proof, whole numbers in replay), flagged isInt.
@@ -68,37 +75,9 @@ public:
     std::string error;
 };
 
-class SymbolicShapes {
-public:
-    struct D {
-        z3::expr e;
-        std::int64_t o;
-    };
-    using Dims = std::vector<D>;
-    explicit SymbolicShapes(z3::context& c) : c_(c), constraints(c) {}
-    std::int64_t orig(const D& d) const { return d.o; }
-    D cst(std::int64_t v) const { return {c_.int_val(static_cast<int64_t>(v)), v}; }
-    D mul(const D& a, const D& b) const { return {a.e * b.e, a.o * b.o}; }
-    D add(const D& a, const D& b) const { return {a.e + b.e, a.o + b.o}; }
-    void eq(const D& a, const D& b, const std::string&) { constraints.push_back(a.e == b.e); }
-    /// Contracted, reduced or reshaped dimensions keep size >= 2 (or their size if smaller).
-    void min2(const D& a) { constraints.push_back(a.e >= c_.int_val(static_cast<int64_t>(std::min<std::int64_t>(2, a.o)))); }
-    /// Semantic sizes are never reduced.
-    void fixed(const D& a) { constraints.push_back(a.e == c_.int_val(static_cast<int64_t>(a.o))); }
-    /// part * den == whole * num: a position or extent that keeps its ratio to the whole.
-    void ratio(const D& part, const D& whole, std::int64_t num, std::int64_t den, const std::string&);
-    /// whole * num is divisible by den (a boundary stays on an integer position).
-    void divides(const D& whole, std::int64_t num, std::int64_t den);
-    bool require(bool ok, const std::string&) { return ok; }
-    bool ok() const { return true; }
-    z3::context& ctx() { return c_; }
-
-private:
-    z3::context& c_;
-
-public:
-    z3::expr_vector constraints;
-};
+/// The same rules posed as integer constraints over Z3 unknowns (shape reduction): ops/symbolic.hpp.
+class SymbolicShapes;
+struct SymbolicDim;
 
 // ----- evaluation ---------------------------------------------------------------------------
 
@@ -114,9 +93,8 @@ struct EvalContext {
     }
 };
 
-template <class A>
-using EvalFn = void (*)(const A&, std::span<const Value<typename A::S>* const>, std::span<Value<typename A::S>>,
-                        const EvalContext&);
+template <class A, class S = typename A::S>
+using EvalFn = void (*)(const A&, std::span<const Value<S>* const>, std::span<Value<S>>, const EvalContext&);
 
 // ----- backward -----------------------------------------------------------------------------
 
@@ -164,13 +142,18 @@ struct OpSpec {
 
     void (*shapeConcrete)(ConcreteShapes&, const std::vector<std::vector<std::int64_t>>&,
                           const std::vector<std::vector<std::int64_t>>&, const nlohmann::json&) = nullptr;
-    void (*shapeSymbolic)(SymbolicShapes&, const std::vector<std::vector<SymbolicShapes::D>>&,
-                          const std::vector<std::vector<SymbolicShapes::D>>&, const nlohmann::json&) = nullptr;
+    void (*shapeSymbolic)(SymbolicShapes&, const std::vector<std::vector<SymbolicDim>>&, const std::vector<std::vector<SymbolicDim>>&,
+                          const nlohmann::json&) = nullptr;
     EvalFn<NumAlgebra> evalNum = nullptr;
-    EvalFn<SymAlgebra> evalSym = nullptr;
+    EvalFn<SymAlgebra, z3::expr> evalSym = nullptr;  ///< (S named: SymAlgebra is incomplete here)
     VjpFn vjp = nullptr;
-    /// Extra attribute checks beyond presence; returns an error message or empty.
-    std::string (*checkAttrs)(const nlohmann::json&, std::size_t numInputs, std::size_t numOutputs) = nullptr;
+    /// Extra attribute checks beyond presence and type (which may read the operands' shapes: a
+    /// permutation lists every dim); returns an error message or empty.
+    std::string (*checkAttrs)(const nlohmann::json&, const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) = nullptr;
+    /// It sums its inputs (all_reduce, reduce_scatter): int tensors cannot be its inputs.
+    bool sumsInputs = false;
+    /// For an operator that looks index data up: how many classes its ids may name (lookupRange).
+    std::int64_t (*lookupRange)(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs, const nlohmann::json& attrs) = nullptr;
     /// For collectives: the number of inputs/outputs as a function of the group size.
     int (*collectiveInputs)(int groupSize) = nullptr;
     int (*collectiveOutputs)(int groupSize) = nullptr;
@@ -199,7 +182,7 @@ std::string checkOp(const OpSpec& spec, const nlohmann::json& attrs, const std::
 /// backward, target_logit, one_hot): how many classes its ids may name, counted over the whole
 /// vocabulary (every part), at the given (possibly reduced) shapes. 0 for any other operator.
 /// Valid index data names one of these classes; the checker proves stages for every such value.
-std::int64_t lookupRange(std::string_view op, const std::vector<Shape>& inputs, const std::vector<Shape>& outputs,
+std::int64_t lookupRange(const OpSpec& spec, const std::vector<Shape>& inputs, const std::vector<Shape>& outputs,
                          const nlohmann::json& attrs);
 
 // Multi-index helpers shared by operator semantics and by lineage slicing.

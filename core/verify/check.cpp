@@ -515,7 +515,7 @@ private:
                     std::vector<Shape> ins, outs;
                     for (auto x : L_.inputs(op)) ins.push_back(lShape_.at(x));
                     for (auto x : L_.outputs(op)) outs.push_back(lShape_.at(x));
-                    if (auto r = lookupRange(spec.name, ins, outs, plan_.opAttrs(L_, op)); r > 0) {
+                    if (auto r = lookupRange(spec, ins, outs, plan_.opAttrs(L_, op)); r > 0) {
                         classes = classes ? std::min(classes, r) : r;
                         continue;
                     }

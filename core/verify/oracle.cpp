@@ -142,7 +142,7 @@ private:
             std::vector<Shape> ins, outs;
             for (auto t : L.inputs(op)) ins.push_back(plan_.shape(L, t));
             for (auto t : L.outputs(op)) outs.push_back(plan_.shape(L, t));
-            const auto range = lookupRange(spec.name, ins, outs, plan_.opAttrs(L, op));
+            const auto range = lookupRange(spec, ins, outs, plan_.opAttrs(L, op));
             if (range <= 0) continue;
             for (int k : spec.intInputs) {
                 std::vector<TensorId> work{L.inputs(op)[static_cast<std::size_t>(k)]};
