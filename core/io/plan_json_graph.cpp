@@ -1,0 +1,377 @@
+// Reading one graph of a plan: tensors (shapes, dtypes), ops (kinds, attributes checked by the
+// registry's shape rules), ranks and microbatches, each problem with its JSON path.
+
+#include "io/plan_reader.hpp"
+
+#include <algorithm>
+
+#include "model/text.hpp"
+#include "ops/registry.hpp"
+
+namespace tv::plan_json_detail {
+
+void Reader::readGraph(const json& obj, const std::string& base, Graph& g, bool parallel) {
+    auto* tensors = arrayMember(obj, "tensors", base);
+    auto* ops = arrayMember(obj, "ops", base);
+    if (!tensors || !ops) return;
+    auto nranks = static_cast<std::int64_t>(plan_->ranks.size());
+    for (std::size_t i = 0; i < tensors->size(); ++i) {
+        auto path = entryPath(base + "/tensors", i);
+        const auto& t = (*tensors)[i];
+        if (!t.is_object()) {
+            fail(path, "a tensor must be an object");
+            continue;
+        }
+        TensorInfo info;
+        auto* id = stringMember(t, "id", path);
+        if (!id) continue;
+        auto name = id->get<std::string>();
+        if (name.empty()) {
+            fail(path + "/id", "tensor id is empty");
+            continue;
+        }
+        if (hasControlCharacter(name)) {
+            fail(path + "/id", "tensor id \"" + name + "\" holds a control character");
+            continue;
+        }
+        info.name = plan_->names.intern(name);
+        if (g.tensorByName.count(info.name)) {
+            fail(path + "/id", "duplicate tensor id \"" + name + "\"");
+            continue;
+        }
+        Shape shape;
+        if (auto* s = arrayMember(t, "shape", path)) {
+            if (s->size() > kMaxRank) fail(path + "/shape", "tensor \"" + name + "\" has more than 16 dims");
+            for (std::size_t d = 0; d < s->size(); ++d) {
+                const auto& v = (*s)[d];
+                if (!v.is_number_integer() || v.get<std::int64_t>() < 1 || v.get<std::int64_t>() > kMaxDim) {
+                    fail(path + "/shape/" + std::to_string(d), "tensor \"" + name + "\": dims must be positive integers");
+                    break;
+                }
+                shape.push_back(v.get<std::int64_t>());
+            }
+        }
+        {
+            long double n = 1;
+            for (auto d : shape) n *= static_cast<long double>(d);
+            if (n > static_cast<long double>(std::int64_t(1) << 62)) fail(path + "/shape", "tensor \"" + name + "\" has more than 2^62 elements");
+        }
+        info.shape = plan_->internShape(shape);
+        if (auto* r = stringMember(t, "role", path, false)) {
+            if (!parseRole(r->get<std::string>(), info.role))
+                fail(path + "/role", "unknown role \"" + r->get<std::string>() +
+                                         "\" (input, weight, activation, gradient, optimizer_state, loss)");
+        }
+        if (auto* d = stringMember(t, "dtype", path, false)) {
+            if (!parseDType(d->get<std::string>(), info.dtype)) fail(path + "/dtype", "unknown dtype \"" + d->get<std::string>() + "\" (float, int)");
+        }
+        std::int64_t mb = -1;
+        if (intMember(t, "microbatch", path, mb, false, 0, listedMicrobatches() - 1)) info.microbatch = static_cast<std::int32_t>(mb);
+        if (parallel) {
+            std::int64_t rank = -1;
+            if (t.contains("rank")) {
+                if (intMember(t, "rank", path, rank, true, 0, nranks - 1)) info.rank = static_cast<std::int32_t>(rank);
+            } else {
+                fail(path, "parallel tensor \"" + name + "\" needs a \"rank\"");
+            }
+        } else if (t.contains("rank")) {
+            fail(path + "/rank", "logical tensor \"" + name + "\" cannot have a rank");
+        }
+        for (auto it = t.begin(); it != t.end(); ++it) {
+            static const std::vector<std::string> known = {"id", "shape", "role", "dtype", "rank", "microbatch"};
+            if (std::find(known.begin(), known.end(), it.key()) == known.end())
+                fail(path + "/" + it.key(), "unknown tensor key \"" + it.key() + "\"");
+        }
+        g.tensorByName.emplace(info.name, static_cast<TensorId>(g.tensors.size()));
+        g.tensors.push_back(info);
+    }
+    const auto& reg = OpRegistry::instance();
+    for (std::size_t i = 0; i < ops->size(); ++i) {
+        auto path = entryPath(base + "/ops", i);
+        const auto& o = (*ops)[i];
+        if (!o.is_object()) {
+            fail(path, "an op must be an object");
+            continue;
+        }
+        auto* id = stringMember(o, "id", path);
+        auto* kindName = stringMember(o, "op", path);
+        if (!id || !kindName) continue;
+        auto name = id->get<std::string>();
+        if (name.empty()) {
+            fail(path + "/id", "op id is empty");
+            continue;
+        }
+        if (hasControlCharacter(name)) {
+            fail(path + "/id", "op id \"" + name + "\" holds a control character");
+            continue;
+        }
+        OpInfo info;
+        info.name = plan_->names.intern(name);
+        std::string who = "op \"" + name + "\"";
+        if (g.opByName.count(info.name)) {
+            fail(path + "/id", "duplicate op id \"" + name + "\"");
+            continue;
+        }
+        auto kind = reg.find(kindName->get<std::string>());
+        if (!kind) {
+            fail(path + "/op", who + ": unknown op \"" + kindName->get<std::string>() + "\"");
+            continue;
+        }
+        info.kind = *kind;
+        const auto& spec = reg.spec(*kind);
+        info.phase = spec.collective ? Phase::Communication : Phase::Forward;
+        if (auto* ph = stringMember(o, "phase", path, false))
+            if (!parsePhase(ph->get<std::string>(), info.phase))
+                fail(path + "/phase", who + ": unknown phase \"" + ph->get<std::string>() + "\" (forward, backward, optimizer, communication)");
+        json attrs = json::object();
+        if (auto* a = objectMember(o, "attrs", path, false)) attrs = *a;
+        info.attrs = plan_->internAttrs(attrs);
+        std::int64_t mb = -1;
+        if (intMember(o, "microbatch", path, mb, false, 0, listedMicrobatches() - 1)) info.microbatch = static_cast<std::int32_t>(mb);
+        for (auto it = o.begin(); it != o.end(); ++it) {
+            static const std::vector<std::string> known = {"id", "op", "inputs", "outputs", "attrs", "phase", "rank", "group", "microbatch", "across_replicas", "index_from_replica", "across_microbatches"};
+            if (std::find(known.begin(), known.end(), it.key()) == known.end())
+                fail(path + "/" + it.key(), who + ": unknown op key \"" + it.key() + "\"");
+        }
+
+        // Operands.
+        std::vector<TensorId> ins, outs;
+        bool operandsOk = true;
+        auto readOperands = [&](const char* key, std::vector<TensorId>& list) {
+            auto* arr = arrayMember(o, key, path);
+            if (!arr) {
+                operandsOk = false;
+                return;
+            }
+            for (std::size_t k = 0; k < arr->size(); ++k) {
+                const auto& v = (*arr)[k];
+                auto p = path + "/" + key + "/" + std::to_string(k);
+                if (!v.is_string()) {
+                    fail(p, who + ": operands are tensor ids (strings)");
+                    operandsOk = false;
+                    continue;
+                }
+                auto t = g.findTensor(plan_->names.find(v.get<std::string>()));
+                if (t == kNone) {
+                    fail(p, who + ": dangling tensor id \"" + v.get<std::string>() + "\"");
+                    operandsOk = false;
+                    continue;
+                }
+                list.push_back(t);
+            }
+        };
+        readOperands("inputs", ins);
+        readOperands("outputs", outs);
+        if (!operandsOk) continue;
+
+        // Placement: local ops run on one rank; collectives on an explicit group.
+        std::vector<std::int32_t> group;
+        if (parallel) {
+            if (spec.collective) {
+                if (o.contains("rank")) fail(path + "/rank", who + ": a collective runs on a \"group\", not a \"rank\"");
+                if (auto* gr = arrayMember(o, "group", path)) {
+                    for (std::size_t k = 0; k < gr->size(); ++k) {
+                        const auto& v = (*gr)[k];
+                        if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() >= nranks) {
+                            fail(path + "/group/" + std::to_string(k), who + ": rank out of range (the plan " +
+                                                                           (plan_->replication.active() ? "lists replica 0, ranks 0 to " + std::to_string(nranks - 1) + ")"
+                                                                                                        : "has " + std::to_string(nranks) + " ranks)"));
+                            continue;
+                        }
+                        auto r = static_cast<std::int32_t>(v.get<std::int64_t>());
+                        if (std::find(group.begin(), group.end(), r) != group.end())
+                            fail(path + "/group/" + std::to_string(k), who + ": rank " + std::to_string(r) + " appears twice in the group");
+                        group.push_back(r);
+                    }
+                    if (group.empty()) fail(path + "/group", who + ": the group is empty");
+                    if (spec.name == "send_recv" && group.size() != 2)
+                        fail(path + "/group", who + ": send_recv needs a group [src, dst]");
+                }
+                if (bad() && group.empty()) continue;
+                int n = static_cast<int>(group.size());
+                if (static_cast<int>(ins.size()) != spec.collectiveInputs(n) || static_cast<int>(outs.size()) != spec.collectiveOutputs(n)) {
+                    fail(path, who + ": " + std::string(spec.name) + " over " + std::to_string(n) + " ranks takes " +
+                                   std::to_string(spec.collectiveInputs(n)) + " inputs and " +
+                                   std::to_string(spec.collectiveOutputs(n)) + " outputs, got " +
+                                   std::to_string(ins.size()) + " and " + std::to_string(outs.size()));
+                    continue;
+                }
+                bool single = spec.collectiveInputs(n) == 1;
+                for (std::size_t k = 0; k < ins.size(); ++k) {
+                    auto want = group[single ? 0 : k];
+                    if (g.tensors[ins[k]].rank != want)
+                        fail(path + "/inputs/" + std::to_string(k), who + ": input " + tensorLabel(g, ins[k]) + " is on rank " +
+                                                                   std::to_string(g.tensors[ins[k]].rank) + ", but group position " +
+                                                                   std::to_string(single ? 0 : k) + " is rank " + std::to_string(want));
+                }
+                for (std::size_t k = 0; k < outs.size(); ++k) {
+                    auto want = group[spec.collectiveOutputs(n) == 1 ? n - 1 : static_cast<int>(k)];
+                    if (g.tensors[outs[k]].rank != want)
+                        fail(path + "/outputs/" + std::to_string(k), who + ": output " + tensorLabel(g, outs[k]) + " is on rank " +
+                                                                    std::to_string(g.tensors[outs[k]].rank) + ", but the group puts it on rank " +
+                                                                    std::to_string(want));
+                }
+                info.group = plan_->internGroup(group);
+                if (o.contains("index_from_replica"))
+                    fail(path + "/index_from_replica", who + ": index_from_replica is for chunk ops in a plan stored with replicas");
+                if (auto it = o.find("across_replicas"); it != o.end()) {
+                    if (!it->is_boolean())
+                        fail(path + "/across_replicas", who + ": across_replicas is true or false");
+                    else if (it->get<bool>() && !plan_->replication.active())
+                        fail(path + "/across_replicas", who + ": across_replicas needs a plan stored with \"replicas\"");
+                    else
+                        info.acrossReplicas = it->get<bool>();
+                }
+                if (o.contains("across_microbatches"))
+                    fail(path + "/across_microbatches", who + ": across_microbatches is for the identity that accumulates gradients");
+                // Across replicas, the inputs are the replicas' own (no microbatch) when microbatches are stored once.
+                if (info.acrossReplicas && plan_->replication.microbatches > 1)
+                    for (std::size_t k = 0; k < ins.size(); ++k)
+                        if (g.tensors[ins[k]].microbatch >= 0)
+                            fail(path + "/inputs/" + std::to_string(k), who + ": with microbatches stored once, a collective across replicas reads "
+                                                                       "tensors of no microbatch (accumulate " + tensorLabel(g, ins[k]) + " first)");
+            } else {
+                if (o.contains("across_replicas")) fail(path + "/across_replicas", who + ": only collectives run across replicas");
+                if (auto it = o.find("across_microbatches"); it != o.end()) {
+                    if (!it->is_boolean())
+                        fail(path + "/across_microbatches", who + ": across_microbatches is true or false");
+                    else if (!it->get<bool>())
+                        ;
+                    else if (plan_->replication.microbatches < 2)
+                        fail(path + "/across_microbatches", who + ": across_microbatches needs microbatches stored once (\"replicas\": {\"microbatches\": true})");
+                    else if (spec.name != "identity" || ins.size() != 1 || outs.size() != 1)
+                        fail(path + "/across_microbatches", who + ": across_microbatches is for an identity (one input, one output)");
+                    else if (g.tensors[ins[0]].microbatch != 0 || g.tensors[outs[0]].microbatch != -1 || o.contains("microbatch"))
+                        fail(path + "/across_microbatches", who + ": an accumulation across microbatches reads a tensor of microbatch 0 "
+                                                                   "and writes one of no microbatch (and has no microbatch itself)");
+                    else
+                        info.acrossMicrobatches = true;
+                }
+                if (auto it = o.find("index_from_replica"); it != o.end()) {
+                    const auto D = plan_->replication.degree;
+                    if (!it->is_boolean())
+                        fail(path + "/index_from_replica", who + ": index_from_replica is true or false");
+                    else if (!it->get<bool>())
+                        ;
+                    else if (!plan_->replication.active() || spec.name != "chunk")
+                        fail(path + "/index_from_replica", who + ": index_from_replica is for chunk ops in a plan stored with replicas");
+                    else if (!attrs.contains("parts") || !attrs["parts"].is_number_integer() || attrs["parts"].get<std::int64_t>() != D ||
+                             !attrs.contains("index") || !attrs["index"].is_number_integer() || attrs["index"].get<std::int64_t>() != 0)
+                        fail(path + "/index_from_replica", who + ": a chunk indexed by replica has parts " + std::to_string(D) +
+                                                               " (the replicas) and is listed with index 0");
+                    else
+                        info.indexFromReplica = true;
+                }
+                if (o.contains("group")) fail(path + "/group", who + ": only collectives have a \"group\"");
+                std::int64_t rank = -1;
+                if (!intMember(o, "rank", path, rank, true, 0, nranks - 1)) continue;
+                info.rank = static_cast<std::int32_t>(rank);
+                for (std::size_t k = 0; k < ins.size(); ++k)
+                    if (g.tensors[ins[k]].rank != info.rank)
+                        fail(path + "/inputs/" + std::to_string(k), who + " runs on rank " + std::to_string(rank) + ", but its input " +
+                                                                   tensorLabel(g, ins[k]) + " is on rank " + std::to_string(g.tensors[ins[k]].rank));
+                for (std::size_t k = 0; k < outs.size(); ++k)
+                    if (g.tensors[outs[k]].rank != info.rank)
+                        fail(path + "/outputs/" + std::to_string(k), who + " runs on rank " + std::to_string(rank) + ", but its output " +
+                                                                    tensorLabel(g, outs[k]) + " is on rank " + std::to_string(g.tensors[outs[k]].rank));
+            }
+        } else {
+            if (spec.collective) {
+                fail(path + "/op", who + ": the logical plan is single-device; " + std::string(spec.name) + " belongs in the parallel plan");
+                continue;
+            }
+            if (o.contains("rank") || o.contains("group")) fail(path, who + ": logical ops have no rank or group");
+        }
+
+        // Arity, attributes, shapes.
+        if (!spec.collective) {
+            bool arityOk = static_cast<int>(ins.size()) >= spec.minInputs &&
+                           (spec.maxInputs < 0 || static_cast<int>(ins.size()) <= spec.maxInputs) &&
+                           (spec.numOutputs < 0 ? !outs.empty() : static_cast<int>(outs.size()) == spec.numOutputs);
+            if (!arityOk) {
+                auto range = spec.maxInputs < 0 ? std::to_string(spec.minInputs) + " or more"
+                             : spec.minInputs == spec.maxInputs ? std::to_string(spec.minInputs)
+                                                                : std::to_string(spec.minInputs) + " to " + std::to_string(spec.maxInputs);
+                fail(path, who + ": " + std::string(spec.name) + " takes " + range + " inputs and " +
+                               (spec.numOutputs < 0 ? std::string("one or more") : std::to_string(spec.numOutputs)) +
+                               " outputs, got " + std::to_string(ins.size()) + " and " + std::to_string(outs.size()));
+                continue;
+            }
+        }
+        std::vector<Shape> inShapes, outShapes;
+        std::vector<DType> inTypes;
+        for (auto t : ins) {
+            inShapes.push_back(plan_->shape(g, t));
+            inTypes.push_back(g.tensors[t].dtype);
+        }
+        for (auto t : outs) outShapes.push_back(plan_->shape(g, t));
+        // A collective across replicas lists replica 0's part: its shapes are checked over the
+        // whole group (every replica's operands have replica 0's shapes).
+        auto acrossIt = o.find("across_replicas");
+        if (spec.collective && plan_->replication.active() && acrossIt != o.end() && acrossIt->is_boolean() && acrossIt->get<bool>()) {
+            auto in1 = inShapes, out1 = outShapes;
+            auto ty1 = inTypes;
+            for (std::int32_t k = 1; k < plan_->replication.degree; ++k) {
+                inShapes.insert(inShapes.end(), in1.begin(), in1.end());
+                outShapes.insert(outShapes.end(), out1.begin(), out1.end());
+                inTypes.insert(inTypes.end(), ty1.begin(), ty1.end());
+            }
+        }
+        if (auto err = checkOp(spec, attrs, inShapes, outShapes, inTypes); !err.empty()) {
+            fail(path, who + " (" + std::string(spec.name) + "): " + err);
+            continue;
+        }
+        // Output dtypes follow the inputs for data movement; everything else produces floats.
+        for (std::size_t k = 0; k < outs.size(); ++k) {
+            auto want = spec.keepsDtype && !ins.empty() ? g.tensors[ins[0]].dtype : DType::Float;
+            if (g.tensors[outs[k]].dtype != want)
+                fail(path + "/outputs/" + std::to_string(k), who + ": output " + tensorLabel(g, outs[k]) + " must be a " +
+                                                            std::string(toString(want)) + " tensor");
+        }
+        if (parallel && info.microbatch < 0 && !outs.empty()) info.microbatch = g.tensors[outs[0]].microbatch;
+        // With microbatches stored once, a tensor of microbatch 0 stands for every
+        // microbatch's instance; an op of no microbatch (one instance per replica) reading one
+        // would have no single instance to read. Only the accumulation across microbatches
+        // bridges the two (and collectives across replicas, checked above).
+        if (parallel && plan_->replication.microbatches > 1 && info.microbatch < 0 && !info.acrossMicrobatches && !info.acrossReplicas)
+            for (std::size_t k = 0; k < ins.size(); ++k)
+                if (g.tensors[ins[k]].microbatch >= 0) {
+                    fail(path + "/inputs/" + std::to_string(k), who + ": with microbatches stored once, an op of no microbatch cannot read " +
+                                                               tensorLabel(g, ins[k]) + ", a tensor of every microbatch (accumulate it across "
+                                                               "microbatches first, or give the op a microbatch)");
+                    break;
+                }
+
+        auto opId = static_cast<OpId>(g.ops.size());
+        info.firstInput = static_cast<std::uint32_t>(g.operands.size());
+        info.numInputs = static_cast<std::uint32_t>(ins.size());
+        g.operands.insert(g.operands.end(), ins.begin(), ins.end());
+        info.firstOutput = static_cast<std::uint32_t>(g.operands.size());
+        info.numOutputs = static_cast<std::uint32_t>(outs.size());
+        g.operands.insert(g.operands.end(), outs.begin(), outs.end());
+        for (std::size_t k = 0; k < outs.size(); ++k) {
+            auto& t = g.tensors[outs[k]];
+            if (t.producer == opId) {  // this op, not pushed yet: not a name to look up
+                fail(path + "/outputs/" + std::to_string(k), who + ": tensor " + tensorLabel(g, outs[k]) + " is listed twice among its outputs");
+                continue;
+            }
+            if (t.producer != kNone) {
+                fail(path + "/outputs/" + std::to_string(k), who + ": tensor " + tensorLabel(g, outs[k]) + " is already produced by op \"" +
+                                                            plan_->opName(g, t.producer) + "\"");
+                continue;
+            }
+            t.producer = opId;
+        }
+        g.opByName.emplace(info.name, opId);
+        g.ops.push_back(info);
+    }
+    if (bad()) return;
+    std::vector<OpId> cycle;
+    if (!g.finalize(&cycle)) {
+        std::string names;
+        for (std::size_t k = 0; k < cycle.size() && k < 6; ++k) names += (k ? ", \"" : "\"") + plan_->opName(g, cycle[k]) + "\"";
+        fail(base + "/ops", "the graph has a cycle through ops " + names + (cycle.size() > 6 ? ", ..." : ""));
+    }
+}
+
+}  // namespace tv::plan_json_detail
