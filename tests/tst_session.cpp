@@ -179,7 +179,7 @@ private slots:
         bad.tp = 3;  // does not divide the hidden size
         const auto b = session::generatePlan(bad);
         QVERIFY(!b.ok());
-        QVERIFY(!b.configurationError.empty());
+        QVERIFY(b.configurationProblem);
         QVERIFY2(b.error().rfind("invalid configuration: ", 0) == 0, b.error().c_str());
     }
 

@@ -85,7 +85,7 @@ std::optional<gen::GenerateOptions> drawConfig(std::mt19937_64& rng) {
     o.optimizer = pick({0, 1}) ? "adamw" : "sgd";
     if (pick({0, 0, 0, 1})) o.clipGrad = "1";
     o.format = 1;  // written out: a mutation can touch one rank, and the oracle needs no expansion
-    if (!gen::validate(o).empty()) return std::nullopt;
+    if (gen::validate(o)) return std::nullopt;
     return o;
 }
 

@@ -465,7 +465,7 @@ private slots:
         o.tp = 3;  // does not divide the heads
         dlg.setOptions(o);
         QVERIFY(!dlg.problem().isEmpty());
-        QCOMPARE(dlg.problem(), QString::fromStdString(gen::validate(o)));
+        QCOMPARE(dlg.problem(), QString::fromStdString(gen::validate(o)->message));
         bool okEnabled = true;
         for (auto* b : dlg.findChildren<QPushButton*>())
             if (b->text() == QStringLiteral("Generate and Open")) okEnabled = b->isEnabled();

@@ -120,7 +120,8 @@ void GenerateDialog::setOptions(const gen::GenerateOptions& o) {
 
 void GenerateDialog::check() {
     const auto o = options();
-    problem_ = QString::fromStdString(gen::validate(o));
+    const auto problem = gen::validate(o);
+    problem_ = problem ? QString::fromStdString(problem->message) : QString();
     ok_->setEnabled(problem_.isEmpty());
     if (!problem_.isEmpty()) {
         status_->setText(QStringLiteral("<span style=\"color:#c62828\">%1</span>").arg(problem_.toHtmlEscaped()));

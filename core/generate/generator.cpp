@@ -33,105 +33,109 @@ ModelConfig modelConfig(const GenerateOptions& o) {
     return c;
 }
 
-std::string validate(const GenerateOptions& o) {
+std::optional<PlanProblem> validate(const GenerateOptions& o) {
+    // Each problem names the option it is about (its name in the configuration, as the command
+    // line spells it without the dashes) and says why in the domain's words, so the command line
+    // and the generate dialog can each point at their own field.
+    auto bad = [](std::string option, std::string why) { return std::optional<PlanProblem>(PlanProblem{std::move(option), std::move(why)}); };
     if (!preset(o.model)) {
         std::string names;
         for (const auto& n : presetNames()) names += (names.empty() ? "" : ", ") + n;
-        return "unknown model \"" + o.model + "\" (available: " + names + ")";
+        return bad("model", "unknown model \"" + o.model + "\" (available: " + names + ")");
     }
-    for (auto [v, n] : {std::pair{o.dp, "--dp"}, {o.tp, "--tp"}, {o.pp, "--pp"}, {o.microbatches, "--microbatches"}, {o.ep, "--ep"}, {o.cp, "--cp"}})
-        if (v < 1) return std::string(n) + " must be at least 1";
+    for (auto [v, n] : {std::pair{o.dp, "dp"}, {o.tp, "tp"}, {o.pp, "pp"}, {o.microbatches, "microbatches"}, {o.ep, "ep"}, {o.cp, "cp"}})
+        if (v < 1) return bad(n, std::string(n) + " must be at least 1");
     if (o.ep > 1 && preset(o.model)->experts == 0)
-        return "--ep " + std::to_string(o.ep) + ": expert parallelism needs a model with experts (deepseek, deepseek-v2-lite, deepseek-v2, deepseek-v3)";
+        return bad("ep", "ep " + std::to_string(o.ep) + ": expert parallelism needs a model with experts (deepseek, deepseek-v2-lite, deepseek-v2, deepseek-v3)");
     if (o.ep > 1 && o.ep != o.tp)
-        return "--ep " + std::to_string(o.ep) + ": experts are split over the tensor-parallel group (ep = tp = " + std::to_string(o.tp) +
-               "); expert parallelism over other ranks is not in the generator yet";
+        return bad("ep", "ep " + std::to_string(o.ep) + ": experts are split over the tensor-parallel group (ep = tp = " + std::to_string(o.tp) +
+                              "); expert parallelism over other ranks is not in the generator yet");
     if (o.cp > 1 && o.sequenceParallel)
-        return "--cp with --sp: both would split the sequence (sequence parallelism over the tensor-parallel group, context "
-               "parallelism over the cp group); use one of them";
-    if (o.cpComm != "all_gather" && o.cpComm != "p2p") return "--cp-comm must be all_gather or p2p, not \"" + o.cpComm + "\"";
-    if (o.cpComm == "p2p" && o.cp < 2) return "--cp-comm p2p (ring attention) needs --cp 2 or more";
-    if (o.zero < 0 || o.zero > 3) return "--zero must be 1, 2 or 3";
-    if (o.zero > 0 && o.dp < 2) return "--zero " + std::to_string(o.zero) + " needs --dp 2 or more (ZeRO splits over the data-parallel replicas)";
-    if (o.schedule != "1f1b" && o.schedule != "gpipe") return "--schedule must be 1f1b or gpipe, not \"" + o.schedule + "\"";
-    if (o.format < 1 || o.format > 3) return "--format must be 1, 2 or 3";
+        return bad("cp", "cp with sp: both would split the sequence (sequence parallelism over the tensor-parallel group, context "
+                         "parallelism over the cp group); use one of them");
+    if (o.cpComm != "all_gather" && o.cpComm != "p2p") return bad("cp-comm", "cp-comm must be all_gather or p2p, not \"" + o.cpComm + "\"");
+    if (o.cpComm == "p2p" && o.cp < 2) return bad("cp-comm", "cp-comm p2p (ring attention) needs cp 2 or more");
+    if (o.zero < 0 || o.zero > 3) return bad("zero", "zero must be 1, 2 or 3");
+    if (o.zero > 0 && o.dp < 2) return bad("zero", "zero " + std::to_string(o.zero) + " needs dp 2 or more (ZeRO splits over the data-parallel replicas)");
+    if (o.schedule != "1f1b" && o.schedule != "gpipe") return bad("schedule", "schedule must be 1f1b or gpipe, not \"" + o.schedule + "\"");
+    if (o.format < 1 || o.format > 3) return bad("format", "format must be 1, 2 or 3");
     if (!o.clipGrad.empty()) {
         auto r = Rational::parse(o.clipGrad);
-        if (!r || !(Rational(0) < *r)) return "--clip-grad needs a positive number, not \"" + o.clipGrad + "\"";
+        if (!r || !(Rational(0) < *r)) return bad("clip-grad", "clip-grad needs a positive number, not \"" + o.clipGrad + "\"");
     }
-    if (o.optimizer != "adamw" && o.optimizer != "sgd") return "--optimizer must be adamw or sgd, not \"" + o.optimizer + "\"";
+    if (o.optimizer != "adamw" && o.optimizer != "sgd") return bad("optimizer", "optimizer must be adamw or sgd, not \"" + o.optimizer + "\"");
     auto c = modelConfig(o);
     for (auto [v, n] : {std::pair{c.layers, "layers"}, {c.hidden, "hidden"}, {c.heads, "heads"}, {c.kvHeads, "kv-heads"},
                         {c.ffn, "ffn"}, {c.vocab, "vocab"}, {c.seq, "seq"}})
-        if (v < 1) return std::string(n) + " must be at least 1";
+        if (v < 1) return bad(n, std::string(n) + " must be at least 1");
     auto divides = [](std::int64_t d, std::int64_t n) { return n % d == 0; };
     std::ostringstream e;
     const std::int64_t lanes = static_cast<std::int64_t>(o.dp) * o.microbatches;
     const auto batch = o.globalBatch.value_or(lanes);
-    if (batch < 1) return "--global-batch must be at least 1";
+    if (batch < 1) return bad("global-batch", "global batch must be at least 1");
     if (!divides(lanes, batch)) {
         e << "global batch " << batch << " does not divide into dp " << o.dp << " x " << o.microbatches << " microbatches";
-        return e.str();
+        return bad("global-batch", e.str());
     }
     if (c.layers < o.pp) {
         // Uneven splits are fine (the first stages take one layer more); empty stages are not.
         e << "pipeline parallelism: " << c.layers << " layers cannot fill " << o.pp << " stages (each stage needs a layer)";
-        return e.str();
+        return bad("pp", e.str());
     }
     if (o.cp > 1) {
-        if (c.family == "mlp") return "--cp: the mlp model has no sequence dim to split (context parallelism splits the sequence)";
-        if (!divides(o.cp, c.seq)) { e << "context parallelism: cp " << o.cp << " does not divide the sequence length " << c.seq; return e.str(); }
+        if (c.family == "mlp") return bad("cp", "cp: the mlp model has no sequence dim to split (context parallelism splits the sequence)");
+        if (!divides(o.cp, c.seq)) { e << "context parallelism: cp " << o.cp << " does not divide the sequence length " << c.seq; return bad("cp", e.str()); }
     }
     if (c.family == "mlp") {
-        if (o.sequenceParallel) return "--sp: the mlp model has no sequence dim to split";
+        if (o.sequenceParallel) return bad("sp", "sp: the mlp model has no sequence dim to split");
         if (!divides(o.tp, c.ffn)) {
             e << "tensor parallelism: tp " << o.tp << " does not divide the ffn size " << c.ffn;
-            return e.str();
+            return bad("tp", e.str());
         }
-        return {};
+        return std::nullopt;
     }
     if (c.family == "deepseek") {
-        if (c.qkRopeDim % 2 != 0) { e << "RoPE dim " << c.qkRopeDim << " must be even (RoPE rotates pairs)"; return e.str(); }
-        if (!divides(o.tp, c.heads)) { e << "tensor parallelism: tp " << o.tp << " does not divide the " << c.heads << " attention heads"; return e.str(); }
+        if (c.qkRopeDim % 2 != 0) { e << "RoPE dim " << c.qkRopeDim << " must be even (RoPE rotates pairs)"; return bad("model", e.str()); }
+        if (!divides(o.tp, c.heads)) { e << "tensor parallelism: tp " << o.tp << " does not divide the " << c.heads << " attention heads"; return bad("tp", e.str()); }
         if (!divides(o.tp, c.experts)) {
             e << "expert parallelism: tp " << o.tp << " does not divide the " << c.experts << " routed experts (they are split over the tensor-parallel group)";
-            return e.str();
+            return bad("tp", e.str());
         }
-        if (c.denseLayers > 0 && !divides(o.tp, c.ffn)) { e << "tensor parallelism: tp " << o.tp << " does not divide the ffn size " << c.ffn; return e.str(); }
+        if (c.denseLayers > 0 && !divides(o.tp, c.ffn)) { e << "tensor parallelism: tp " << o.tp << " does not divide the ffn size " << c.ffn; return bad("tp", e.str()); }
         if (c.sharedExperts > 0 && !divides(o.tp, c.moeFfn * c.sharedExperts)) {
             e << "tensor parallelism: tp " << o.tp << " does not divide the shared experts' size " << c.moeFfn * c.sharedExperts;
-            return e.str();
+            return bad("tp", e.str());
         }
         if (o.sequenceParallel) {
-            if (o.tp < 2) return "--sp needs --tp 2 or more (sequence parallelism splits the sequence over the tensor-parallel group)";
-            if (!divides(o.tp, c.seq)) { e << "sequence parallelism: tp " << o.tp << " does not divide the sequence length " << c.seq; return e.str(); }
+            if (o.tp < 2) return bad("sp", "sp needs tp 2 or more (sequence parallelism splits the sequence over the tensor-parallel group)");
+            if (!divides(o.tp, c.seq)) { e << "sequence parallelism: tp " << o.tp << " does not divide the sequence length " << c.seq; return bad("sp", e.str()); }
         }
-        return {};
+        return std::nullopt;
     }
     if (!divides(c.heads, c.hidden)) {
         e << "hidden size " << c.hidden << " is not a multiple of the " << c.heads << " heads";
-        return e.str();
+        return bad("hidden", e.str());
     }
     if (c.headDim() % 2 != 0) {
         e << "head dim " << c.headDim() << " must be even (RoPE rotates pairs)";
-        return e.str();
+        return bad("heads", e.str());
     }
     if (!divides(c.kvHeads, c.heads)) {
         e << c.heads << " heads do not divide into " << c.kvHeads << " key/value groups";
-        return e.str();
+        return bad("kv-heads", e.str());
     }
-    if (!divides(o.tp, c.heads)) { e << "tensor parallelism: tp " << o.tp << " does not divide the " << c.heads << " attention heads"; return e.str(); }
-    if (!divides(o.tp, c.kvHeads)) { e << "tensor parallelism: tp " << o.tp << " does not divide the " << c.kvHeads << " key/value heads"; return e.str(); }
-    if (!divides(o.tp, c.ffn)) { e << "tensor parallelism: tp " << o.tp << " does not divide the ffn size " << c.ffn; return e.str(); }
+    if (!divides(o.tp, c.heads)) { e << "tensor parallelism: tp " << o.tp << " does not divide the " << c.heads << " attention heads"; return bad("tp", e.str()); }
+    if (!divides(o.tp, c.kvHeads)) { e << "tensor parallelism: tp " << o.tp << " does not divide the " << c.kvHeads << " key/value heads"; return bad("tp", e.str()); }
+    if (!divides(o.tp, c.ffn)) { e << "tensor parallelism: tp " << o.tp << " does not divide the ffn size " << c.ffn; return bad("tp", e.str()); }
     if (o.sequenceParallel) {
-        if (o.tp < 2) return "--sp needs --tp 2 or more (sequence parallelism splits the sequence over the tensor-parallel group)";
-        if (!divides(o.tp, c.seq)) { e << "sequence parallelism: tp " << o.tp << " does not divide the sequence length " << c.seq; return e.str(); }
+        if (o.tp < 2) return bad("sp", "sp needs tp 2 or more (sequence parallelism splits the sequence over the tensor-parallel group)");
+        if (!divides(o.tp, c.seq)) { e << "sequence parallelism: tp " << o.tp << " does not divide the sequence length " << c.seq; return bad("sp", e.str()); }
     }
-    return {};
+    return std::nullopt;
 }
 
 json generatePlan(const GenerateOptions& o) {
-    if (auto err = validate(o); !err.empty()) throw std::invalid_argument(err);
+    if (auto problem = validate(o)) throw std::invalid_argument(problem->message);
     const auto c = modelConfig(o);
     const std::int64_t batch = o.globalBatch.value_or(static_cast<std::int64_t>(o.dp) * o.microbatches);
     LogicalModel m;

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "generate/models.hpp"
+#include "model/problem.hpp"
 #include "generate/parallelizer.hpp"
 
 namespace tv::gen {
@@ -31,8 +32,8 @@ struct GenerateOptions {
     int format = 3;
 };
 
-/// Why a configuration cannot be generated; empty when it can.
-std::string validate(const GenerateOptions& opts);
+/// Why a configuration cannot be generated (the option it is about, and why); none when it can.
+std::optional<PlanProblem> validate(const GenerateOptions& opts);
 
 /// The model configuration the options describe (preset plus overrides); call validate() first.
 ModelConfig modelConfig(const GenerateOptions& opts);

@@ -9,15 +9,10 @@
 #include <nlohmann/json.hpp>
 
 #include "model/plan.hpp"
+#include "model/problem.hpp"
 
 namespace tv {
 
-/// One problem found in a plan file: where (JSON pointer) and why.
-struct PlanProblem {
-    std::string path;     ///< JSON pointer, e.g. /parallel/ops/3/inputs/1
-    std::string message;  ///< names the op or tensor involved
-    std::string toString() const { return (path.empty() ? std::string() : path + ": ") + message; }
-};
 
 struct PlanLoadResult {
     std::unique_ptr<Plan> plan;          ///< null when the file is invalid

@@ -131,7 +131,7 @@ std::string reportHtml(const PlanSource& source, const OpenedPlan* opened, const
 }
 
 std::string GeneratedPlan::error() const {
-    if (!configurationError.empty()) return "invalid configuration: " + configurationError;
+    if (configurationProblem) return "invalid configuration: " + configurationProblem->message;
     std::string text = "internal error: the generated plan is invalid:";
     for (const auto& p : problems) text += "\n  " + p.toString();
     return text;
@@ -140,8 +140,8 @@ std::string GeneratedPlan::error() const {
 GeneratedPlan generatePlan(const gen::GenerateOptions& options) {
     const auto t0 = std::chrono::steady_clock::now();
     GeneratedPlan g;
-    g.configurationError = gen::validate(options);
-    if (!g.configurationError.empty()) return g;
+    g.configurationProblem = gen::validate(options);
+    if (g.configurationProblem) return g;
     // The repeats are found once, by the writer, on the plan as read.
     auto written = options;
     if (written.format == 3) written.format = 2;

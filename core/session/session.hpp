@@ -102,7 +102,7 @@ std::string reportHtml(const PlanSource& source, const OpenedPlan* opened, const
 struct GeneratedPlan {
     std::unique_ptr<Plan> plan;
     std::string text;                   ///< the plan file
-    std::string configurationError;     ///< the options are invalid (nothing generated)
+    std::optional<PlanProblem> configurationProblem;  ///< the options are invalid (nothing generated)
     std::vector<PlanProblem> problems;  ///< the generator wrote a plan the reader rejects (a defect of ours)
     double seconds = 0;
     bool ok() const { return plan != nullptr; }
