@@ -7,12 +7,26 @@
 #include <iostream>
 
 #include "model/text.hpp"
+#include "pickle/pickle.hpp"
 
 namespace tv::cli {
 
 int usageError(const std::string& msg) {
     std::fprintf(stderr, "trainverify: %s\n(see trainverify --help)\n", printableMessage(msg).c_str());
     return 3;
+}
+
+bool isPickleFile(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    char head[2] = {0, 0};
+    in.read(head, 2);
+    return in.gcount() == 2 && pickle::looksLikePickle(std::string_view(head, 2));
+}
+
+void printPickleHint(const std::string& path, const std::string& command, std::FILE* to) {
+    if (!isPickleFile(path)) return;
+    std::fprintf(to, "hint: give the pair as trainverify %s --logical Gs.pkl --parallel Gp.pkl "
+                         "(trainverify inspect %s shows what the pickle holds)\n", command.c_str(), path.c_str());
 }
 
 bool writeOutput(const std::string& path, const std::string& text) {

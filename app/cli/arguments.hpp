@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <initializer_list>
 #include <string>
@@ -18,6 +19,11 @@ int usageError(const std::string& msg);
 
 /// Writes `text` to `path` ("-": standard output); says why on standard error when it cannot.
 bool writeOutput(const std::string& path, const std::string& text);
+
+/// Whether the file starts as a Python pickle does (an nnScaler plan given where a plan file goes).
+bool isPickleFile(const std::string& path);
+/// After a plan file was refused: if it is a pickle, how this command reads an nnScaler pair.
+void printPickleHint(const std::string& path, const std::string& command, std::FILE* to);
 
 /// A whole number written with digits only (at most 12 of them).
 bool parseCount(const std::string& text, std::int64_t& out);

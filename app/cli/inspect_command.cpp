@@ -18,13 +18,6 @@ namespace tv::cli {
 
 namespace {
 
-bool isPickleFile(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    char head[2] = {0, 0};
-    in.read(head, 2);
-    return in.gcount() == 2 && tv::pickle::looksLikePickle(std::string_view(head, 2));
-}
-
 /// A pickled nnScaler plan: what the safe reader finds in it (protocol, objects, classes).
 int inspectPickle(const std::string& path, bool asJson) {
     tv::pickle::Document doc;

@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "bugs/bug_catalog.hpp"
+#include "cli/arguments.hpp"
 #include "cli/commands.hpp"
 #include "cli/run_guard.hpp"
 #include "session/session.hpp"
@@ -52,6 +53,7 @@ int mutateCommand(const Args& args) {
     const auto opened = pair ? tv::session::openNnScalerPair(logicalPath, parallelPath) : tv::session::openPlanFile(path);
     if (!opened.ok()) {
         std::cerr << tv::reportToText(opened.refusal);
+        if (!pair) printPickleHint(path, "mutate", stderr);
         return 3;
     }
     const auto& plan = *opened.opened->plan;

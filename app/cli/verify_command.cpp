@@ -4,6 +4,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "cli/arguments.hpp"
 #include "cli/commands.hpp"
 #include "cli/run_guard.hpp"
 #include "session/session.hpp"
@@ -44,6 +45,7 @@ int verifyCommand(const Args& args) {
         std::cout << json.dump(2) << "\n";
     } else {
         std::cout << reportToText(report, stats);
+        if (!opened.ok() && !pair) printPickleHint(path, "verify", stdout);
         if (!jsonOut.empty()) {
             std::ofstream f(jsonOut);
             if (!f) {

@@ -325,8 +325,8 @@ PlanLoadResult readPlanJson(const json& doc) {
 PlanLoadResult readPlanText(const std::string& text) {
     if (pickle::looksLikePickle(text)) {
         PlanLoadResult r;
-        r.problems.push_back({"", "this is a Python pickle (an nnScaler plan?), not a JSON plan: verify a pair of nnScaler plans with "
-                                  "`trainverify verify --logical Gs.pkl --parallel Gp.pkl`; `trainverify inspect` shows what a pickle holds"});
+        r.problems.push_back({"", "this is a Python pickle (an nnScaler plan?), not a JSON plan: an nnScaler plan is read as a pair, "
+                                  "its single-device (logical) plan with its parallel plan"});
         return r;
     }
     json doc;
