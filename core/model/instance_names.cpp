@@ -43,6 +43,20 @@ std::string nnScalerSuffix(std::int32_t rank, std::int32_t microbatch) {
     return rankSuffix(rank) + (microbatch >= 0 ? ".m" + std::to_string(microbatch) : std::string());
 }
 
+namespace {
+std::string adapterStem(std::string_view kind, std::int64_t adapter, std::int32_t microbatch) {
+    return std::string(kind) + "." + std::to_string(adapter) + (microbatch >= 0 ? ".m" + std::to_string(microbatch) : std::string());
+}
+}  // namespace
+
+std::string nnScalerCollectiveName(std::string_view kind, std::int64_t adapter, std::int32_t microbatch, std::int32_t firstRank) {
+    return adapterStem(kind, adapter, microbatch) + ".g" + std::to_string(firstRank);
+}
+
+std::string nnScalerMoveName(std::int64_t adapter, std::int32_t microbatch, std::int32_t from, std::int32_t to) {
+    return adapterStem("send_recv", adapter, microbatch) + ".r" + std::to_string(from) + "-r" + std::to_string(to);
+}
+
 std::string writtenOutSuffix(std::int32_t microbatch, std::int32_t replica) {
     std::string s;
     if (microbatch > 0) s += "~mb" + std::to_string(microbatch);

@@ -6,6 +6,10 @@
 //   the nnScaler import  <stem>@r<r>.m<m>      (no ".m<m>" for no microbatch)
 //   written-out replicas <stored>~mb<m>~dp<k>  (expandReplicas: microbatch m >= 1, replica k >= 1)
 //
+// An nnScaler adapter's collectives are no instance of a logical op; they are named after the
+// adapter, its microbatch and its ranks: <kind>.<adapter>.m<m>.g<first rank>, and
+// send_recv.<adapter>.m<m>.r<from>-r<to> (no ".m<m>" for no microbatch).
+//
 // Names are labels, never semantics: nothing here decides a verdict. They place a counterexample's
 // op beside its logical op in a trace, find bug sites, and map a written-out op back to the op
 // stored once that stands for it.
@@ -23,6 +27,10 @@ std::string rankSuffix(std::int32_t rank);
 std::string generatorSuffix(std::int32_t microbatch, std::int32_t rank);
 /// The nnScaler import's: "@r<rank>.m<m>", or "@r<rank>" for microbatch < 0.
 std::string nnScalerSuffix(std::int32_t rank, std::int32_t microbatch);
+/// An nnScaler adapter's collective: "<kind>.<adapter>[.m<m>].g<group's first rank>".
+std::string nnScalerCollectiveName(std::string_view kind, std::int64_t adapter, std::int32_t microbatch, std::int32_t firstRank);
+/// An nnScaler adapter's point-to-point move: "send_recv.<adapter>[.m<m>].r<from>-r<to>".
+std::string nnScalerMoveName(std::int64_t adapter, std::int32_t microbatch, std::int32_t from, std::int32_t to);
 /// A written-out instance of a name stored once: "~mb<m>" for microbatch m >= 1, then "~dp<k>"
 /// for replica k >= 1 (replica 0's microbatch 0 keeps the stored name).
 std::string writtenOutSuffix(std::int32_t microbatch, std::int32_t replica);

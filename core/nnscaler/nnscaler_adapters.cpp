@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "model/instance_names.hpp"
 #include "model/text.hpp"
 
 namespace tv::nnscaler::detail {
@@ -314,9 +315,8 @@ void Importer::emitCollectives() {
                 throw NnScalerError(col.where + ": rank " + std::to_string(col.group[0]) + " never sends what this move receives");
             if (!col.out.count(col.group[1]))
                 throw NnScalerError(col.where + ": rank " + std::to_string(col.group[1]) + " never receives what this move sends");
-            pg.op("send_recv", "send_recv." + std::to_string(key.adapter) + (key.mb >= 0 ? ".m" + std::to_string(key.mb) : "") + ".r" +
-                                   std::to_string(col.group[0]) + "-r" + std::to_string(col.group[1]),
-                  {col.in[col.group[0]]}, {col.out[col.group[1]]}, col.attrs, -1, key.mb, "communication", &col.group);
+            pg.op("send_recv", instance::nnScalerMoveName(key.adapter, key.mb, col.group[0], col.group[1]), {col.in[col.group[0]]},
+                  {col.out[col.group[1]]}, col.attrs, -1, key.mb, "communication", &col.group);
             continue;
         }
         for (int r : col.group) {
@@ -331,9 +331,7 @@ void Importer::emitCollectives() {
         } else {
             for (int r : col.group) ins.push_back(col.in.at(r));
         }
-        std::string base = col.kind + "." + std::to_string(key.adapter) + (key.mb >= 0 ? ".m" + std::to_string(key.mb) : "") + ".g" +
-                           std::to_string(col.group[0]);
-        pg.op(col.kind, base, ins, outs, col.attrs, -1, key.mb, "communication", &col.group);
+        pg.op(col.kind, instance::nnScalerCollectiveName(col.kind, key.adapter, key.mb, col.group[0]), ins, outs, col.attrs, -1, key.mb, "communication", &col.group);
     }
 }
 
