@@ -1,9 +1,12 @@
 // The Studio's main window: the dual view, the inspector, Find, files, export and preferences.
+// Its member functions are defined by concept: main_window.cpp (construction, menus, the load
+// pipeline, the view), main_window_find.cpp (Find and the filter bar), main_window_verification.cpp
+// (the verification presenter), main_window_bugs.cpp (the Bug menu) and main_window_gallery.cpp
+// (the example gallery and the lessons).
 #pragma once
 
 #include <QMainWindow>
 
-#include <array>
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -17,7 +20,6 @@
 #include "generate/generator.hpp"
 #include "verify/verifier.hpp"
 
-class QComboBox;
 class QDockWidget;
 class QLabel;
 class QLineEdit;
@@ -31,6 +33,7 @@ namespace tv::ui {
 
 class GraphView;
 class Minimap;
+class FilterBar;
 class Inspector;
 class StageBoard;
 class FailurePanel;
@@ -141,6 +144,7 @@ protected:
     void dropEvent(QDropEvent* e) override;
 
 private:
+    // main_window.cpp: construction, menus, the load pipeline, the view.
     void buildMenus();
     /// `open`: the job opens a plan (a file, a generated plan, a buggy copy); otherwise it lays the
     /// plan on screen out again. A re-layout never supersedes an open.
@@ -154,16 +158,27 @@ private:
     void onNodeActivated(int node);
     void onGroupActivated(int group);
     void relayout(ViewOptions options);
-    void reveal(const FindHit& hit);
     void rememberRecent(const QString& path);
     void rebuildRecentMenu();
-    void showGallery();
     void applyTheme(bool dark);
     void updateStatus();
+
+    // main_window_find.cpp: Find and the filter bar.
+    void buildFindDock();
     void buildFilterBar();
-    void resetFilterBar();
-    void filterBarChanged();
+    void filterBarChanged(const ViewFilter& filter);
+    void reveal(const FindHit& hit);
+
+    // main_window_gallery.cpp: the example gallery and the lessons.
+    void buildLessons();
+    void showGallery();
+    /// Shows the lesson dock beside a lesson's own plans (a new plan on screen), hides it otherwise.
+    void showLessonFor(const LoadedPlan& loaded);
+
+    // main_window_verification.cpp: the verification presenter.
     void buildVerification();
+    /// A new plan on screen: its stages unverified, no report, no marks.
+    void resetVerification(const LoadedPlan& loaded);
     void onStagesUpdated(quint64 run, const QVector<StageUpdate>& updates);
     void onVerified(quint64 run, std::shared_ptr<const VerifyReport> report);
     /// Paints the board's statuses onto the drawn stages, and re-applies the failure's marks.
@@ -171,9 +186,11 @@ private:
     /// Marks of the failing op, its logical counterpart and the other end; the node to centre on.
     std::vector<std::pair<int, NodeMark>> failureMarks(const Failure& f, int* primary, QString* where) const;
     void updateVerifyActions();
-    void buildBugMenu();
     /// Marks the stepper's op and its logical counterpart and centres on the op.
     void showStep(const QString& parallelOp, const QString& logicalOp);
+
+    // main_window_bugs.cpp: the Bug menu.
+    void buildBugMenu();
 
     PlanScene* scene_;
     GraphView* view_;
@@ -185,13 +202,7 @@ private:
     QMenu* recentMenu_ = nullptr;
     QLabel* statusPlan_ = nullptr;
     QLabel* statusZoom_ = nullptr;
-    QComboBox* filterRank_ = nullptr;
-    std::array<QComboBox*, kAxes.size()> filterCoord_{};  ///< per parallelism axis (dp, tp, pp, sp, cp, ep), shown when the mesh uses it
-    std::array<QAction*, kAxes.size()> filterCoordActions_{};
-    QComboBox* filterMicrobatch_ = nullptr;
-    QComboBox* filterPhase_ = nullptr;
-    QLineEdit* filterKind_ = nullptr;
-    bool updatingFilterBar_ = false;
+    FilterBar* filterBar_ = nullptr;
     /// Opens and re-layouts: the newest one's id drops older re-layouts' results.
     JobTracker loadJobs_{this};
     JobTracker bugJobs_{this};  ///< injecting a bug into a copy of the plan
