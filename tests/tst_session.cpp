@@ -212,7 +212,7 @@ private slots:
         session::OpenedPlan from = *r.opened;
         from.mappingUnchecked = {"the loss"};
         const auto injected = session::injectBug(from, "tp-allreduce-dropped");
-        QVERIFY2(injected.error.empty(), injected.error.c_str());
+        QVERIFY2(!injected.refused, injected.refused->toString().c_str());
         QVERIFY(injected.mutant && injected.opened);
         QCOMPARE(injected.opened->mutant, injected.mutant);
         QCOMPARE(injected.opened->source.path, from.source.path);
@@ -235,7 +235,9 @@ private slots:
         QVERIFY2(missed.sentence().rfind("Not caught where expected: ", 0) == 0, missed.sentence().c_str());
 
         const auto unknown = session::injectBug(*r.opened, "no-such-bug");
-        QVERIFY(!unknown.error.empty());
+        QVERIFY(unknown.refused);
+        QCOMPARE(unknown.refused->path, std::string("bug"));
+        QVERIFY2(unknown.refused->message.find("unknown bug \"no-such-bug\"") != std::string::npos, unknown.refused->message.c_str());
         QVERIFY(!unknown.mutant && !unknown.opened);
     }
 

@@ -93,9 +93,10 @@ void BugDialog::selectBug(const QString& name) {
     siteSearch_.start(
         [plan = plan_, bug = name.toStdString()]() -> SitesResult {
             try {
-                return {bugs::findSites(*plan, bug), QString()};
+                auto found = bugs::findSites(*plan, bug);
+                return {std::move(found.sites), found.refused ? QString::fromStdString(found.refused->message) : QString()};
             } catch (const std::exception& e) {
-                return {{}, QString::fromUtf8(e.what())};
+                return {{}, QString::fromUtf8(e.what())};  // out of memory: said, never a crash
             }
         },
         [this](quint64, SitesResult result) { onSites(std::move(result)); });

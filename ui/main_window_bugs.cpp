@@ -54,7 +54,7 @@ void MainWindow::injectBug(const QString& bug, const bugs::MutateOptions& option
         } catch (const std::exception& e) {
             // Out of memory while copying: said, never a crash of the Studio.
             session::InjectedBug failed;
-            failed.error = e.what();
+            failed.refused = PlanProblem{"", e.what()};
             return failed;
         }
     };
@@ -67,7 +67,7 @@ void MainWindow::injectBug(const QString& bug, const bugs::MutateOptions& option
             return;
         }
         if (!injected.mutant) {
-            const QString error = QString::fromStdString(injected.error);
+            const QString error = QString::fromStdString(injected.refused ? injected.refused->message : std::string("?"));
             statusBar()->showMessage(tr("Cannot inject %1: %2").arg(bug, error), 10000);
             if (isVisible()) QMessageBox::warning(this, tr("Inject Bug"), tr("Cannot inject %1:\n%2").arg(bug, error));
             emit bugInjected(false, error);

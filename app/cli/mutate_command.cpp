@@ -58,13 +58,12 @@ int mutateCommand(const Args& args) {
     }
     const auto& plan = *opened.opened->plan;
     if (listSites) {
-        std::vector<tv::bugs::Site> sites;
-        try {
-            sites = tv::bugs::findSites(plan, bug);
-        } catch (const tv::bugs::MutationError& e) {
-            std::fprintf(stderr, "trainverify: mutate: %s\n", e.what());
+        auto found = tv::bugs::findSites(plan, bug);
+        if (found.refused) {
+            std::fprintf(stderr, "trainverify: mutate: %s\n", found.refused->message.c_str());
             return 3;
         }
+        const auto& sites = found.sites;
         for (const auto& s : sites) {
             std::string ops;
             for (std::size_t k = 0; k < s.ops.size(); ++k) ops += (k ? " " : "") + s.ops[k];
@@ -75,8 +74,11 @@ int mutateCommand(const Args& args) {
     }
     auto t0 = std::chrono::steady_clock::now();
     const auto injected = tv::session::injectBug(*opened.opened, bug, mo);
-    if (!injected.error.empty()) {
-        std::fprintf(stderr, "trainverify: mutate: %s\n", injected.error.c_str());
+    if (injected.refused) {
+        // The option the problem is about, as this command spells it, and where to look next.
+        const auto& p = *injected.refused;
+        std::fprintf(stderr, "trainverify: mutate: %s%s\n", p.path == "at" || p.path == "rank" ? "--" : "", p.message.c_str());
+        if (p.path == "at") std::fprintf(stderr, "(trainverify mutate PLAN --bug %s --sites lists the sites)\n", bug.c_str());
         return 3;
     }
     const auto& m = *injected.mutant;

@@ -56,6 +56,7 @@ using detail::Editor;
 using detail::Entry;
 using detail::Form;
 using detail::joinRanks;
+using detail::Refusal;
 using detail::View;
 
 /// The catalog's order: the paper's 14 cases first, by case, then the others. It is observable
@@ -115,7 +116,7 @@ const std::vector<Entry>& entries() {
 const Entry& entryOf(std::string_view bug) {
     for (const auto& e : entries())
         if (e.kind.name == bug) return e;
-    throw MutationError("unknown bug \"" + std::string(bug) + "\" (trainverify mutate --list shows the catalog)");
+    throw Refusal{{"bug", "unknown bug \"" + std::string(bug) + "\" (the catalog lists the bugs)"}};
 }
 
 std::string planName(const Plan& p) { return p.name.empty() ? std::string("the plan") : "\"" + p.name + "\""; }
@@ -151,7 +152,7 @@ std::vector<bool> formsFor(const Entry& e, const Plan& plan, const MutateOptions
 
 void checkApplies(const Entry& e, const Plan& plan) {
     if (auto why = e.lacks(plan); !why.empty())
-        throw MutationError("bug \"" + std::string(e.kind.name) + "\" does not apply to " + planName(plan) + ": " + why);
+        throw Refusal{{"bug", "bug \"" + std::string(e.kind.name) + "\" does not apply to " + planName(plan) + ": " + why}};
 }
 
 // ----- what the verifier must report --------------------------------------------------------
@@ -223,7 +224,9 @@ json catalogJson() {
     return a;
 }
 
-std::vector<Site> findSites(const Plan& plan, std::string_view bug) {
+namespace {
+
+std::vector<Site> sitesOf(const Plan& plan, std::string_view bug) {
     const auto& e = entryOf(bug);
     checkApplies(e, plan);
     std::vector<Site> all;
@@ -236,7 +239,7 @@ std::vector<Site> findSites(const Plan& plan, std::string_view bug) {
     return all;
 }
 
-Mutant mutate(const Plan& plan, std::string_view bug, const MutateOptions& opts) {
+Mutant mutantOf(const Plan& plan, std::string_view bug, const MutateOptions& opts) {
     const auto& e = entryOf(bug);
     checkApplies(e, plan);
     const std::string name(e.kind.name);
@@ -287,20 +290,37 @@ Mutant mutate(const Plan& plan, std::string_view bug, const MutateOptions& opts)
         }
         if (!e.kinds.empty() && !m.plan) {
             // A mutation the reader rejects although it should read: say so rather than hide it.
-            throw MutationError("bug \"" + name + "\" at " + chosen->ops[0] + " made a plan the reader rejects: " +
-                                (m.problems.empty() ? std::string("?") : m.problems.front().toString()));
+            throw Refusal{{"bug", "bug \"" + name + "\" at " + chosen->ops[0] + " made a plan the reader rejects: " +
+                                     (m.problems.empty() ? std::string("?") : m.problems.front().toString())}};
         }
         return m;
     }
-    if (!opts.at.empty() && !atExists) throw MutationError("--at \"" + opts.at + "\": no parallel op has this id");
-    if (sitesSeen == 0) throw MutationError("bug \"" + name + "\" does not apply to " + planName(plan) + ": " + std::string(e.noSite));
+    if (!opts.at.empty() && !atExists) throw Refusal{{"at", "at \"" + opts.at + "\": no parallel op has this id"}};
+    if (sitesSeen == 0) throw Refusal{{"bug", "bug \"" + name + "\" does not apply to " + planName(plan) + ": " + std::string(e.noSite)}};
     if (!opts.at.empty() && opts.rank >= 0)
-        throw MutationError("--at \"" + opts.at + "\" --rank " + std::to_string(opts.rank) + ": no site of bug \"" + name +
-                            "\" contains this op on this rank" + (atRanks.empty() ? "" : " (the op runs on ranks " + joinRanks(atRanks) + ")"));
+        throw Refusal{{"rank", "at \"" + opts.at + "\" on rank " + std::to_string(opts.rank) + ": no site of bug \"" + name +
+                                   "\" contains this op on this rank" + (atRanks.empty() ? "" : " (the op runs on ranks " + joinRanks(atRanks) + ")")}};
     if (!opts.at.empty())
-        throw MutationError("--at \"" + opts.at + "\" is not a site of bug \"" + name + "\" (" + std::to_string(sitesSeen) +
-                            " sites; trainverify mutate PLAN --bug " + name + " --sites lists them)");
-    throw MutationError("--rank " + std::to_string(opts.rank) + ": no site of bug \"" + name + "\" runs on rank " + std::to_string(opts.rank));
+        throw Refusal{{"at", "at \"" + opts.at + "\" is not a site of bug \"" + name + "\" (it has " + std::to_string(sitesSeen) + " sites)"}};
+    throw Refusal{{"rank", "rank " + std::to_string(opts.rank) + ": no site of bug \"" + name + "\" runs on rank " + std::to_string(opts.rank)}};
+}
+
+}  // namespace
+
+SiteSearch findSites(const Plan& plan, std::string_view bug) {
+    try {
+        return {sitesOf(plan, bug), std::nullopt};
+    } catch (const Refusal& r) {
+        return {{}, r.problem};
+    }
+}
+
+Mutation mutate(const Plan& plan, std::string_view bug, const MutateOptions& opts) {
+    try {
+        return {mutantOf(plan, bug, opts), std::nullopt};
+    } catch (const Refusal& r) {
+        return {std::nullopt, r.problem};
+    }
 }
 
 bool caught(const Mutant& mutant, const VerifyReport& report, std::string* why) {

@@ -10,7 +10,7 @@
 
 #include <cstdint>
 #include <memory>
-#include <stdexcept>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -74,23 +74,32 @@ struct Mutant {
     Expectation expect;
 };
 
-/// Why a mutation cannot be made (unknown bug, no site, a bad --at or --rank).
-class MutationError : public std::runtime_error {
-public:
-    using std::runtime_error::runtime_error;
-};
-
 struct MutateOptions {
     std::string at;          ///< a parallel op the site must contain; empty: the default site
     std::int32_t rank = -1;  ///< a rank the site must run on; -1: any
 };
 
-/// Every site of `bug` in the plan (written out first if the bug needs it). Throws MutationError
-/// for an unknown bug, or one that does not apply to the plan (saying what the plan lacks).
-std::vector<Site> findSites(const Plan& plan, std::string_view bug);
+/// The sites of a bug in a plan, or why it cannot be looked for there.
+struct SiteSearch {
+    std::vector<Site> sites;
+    /// An unknown bug, or one that does not apply to the plan (saying what the plan lacks); its
+    /// path names what was asked: "bug".
+    std::optional<PlanProblem> refused;
+};
 
-/// Injects `bug` into a copy of the plan. Throws MutationError when it cannot.
-Mutant mutate(const Plan& plan, std::string_view bug, const MutateOptions& opts = {});
+/// Every site of `bug` in the plan (written out first if the bug needs it).
+SiteSearch findSites(const Plan& plan, std::string_view bug);
+
+/// A mutant, or why the bug cannot be injected as asked.
+struct Mutation {
+    std::optional<Mutant> mutant;
+    /// Why not, its path naming what was asked: "bug" (unknown, does not apply, no site), "at"
+    /// (no such op, or not a site of the bug) or "rank" (no site on that rank).
+    std::optional<PlanProblem> refused;
+};
+
+/// Injects `bug` into a copy of the plan.
+Mutation mutate(const Plan& plan, std::string_view bug, const MutateOptions& opts = {});
 
 /// Whether the report catches the mutant where it should. `why` (optional) says what was found
 /// and, when it is not as expected, how it differs.

@@ -63,4 +63,10 @@ void appendDataParallelEntries(std::vector<Entry>& out);
 /// Category::Scheduling and Category::Data (entries_microbatches.cpp).
 void appendMicrobatchEntries(std::vector<Entry>& out);
 
+/// Inside the catalog, a request that cannot be met is thrown as a Refusal and caught by the public
+/// functions (findSites, mutate), which return it as their `refused` problem.
+struct Refusal {
+    PlanProblem problem;
+};
+
 }  // namespace tv::bugs::detail

@@ -188,13 +188,12 @@ bool writeFileAtomically(const std::string& path, const std::string& text, std::
 
 InjectedBug injectBug(const OpenedPlan& from, const std::string& bug, const bugs::MutateOptions& options) {
     InjectedBug r;
-    std::shared_ptr<bugs::Mutant> mutant;
-    try {
-        mutant = std::make_shared<bugs::Mutant>(bugs::mutate(*from.plan, bug, options));
-    } catch (const bugs::MutationError& e) {
-        r.error = e.what();
+    auto mutation = bugs::mutate(*from.plan, bug, options);
+    if (!mutation.mutant) {
+        r.refused = std::move(mutation.refused);
         return r;
     }
+    auto mutant = std::make_shared<bugs::Mutant>(std::move(*mutation.mutant));
     if (mutant->plan) {
         // The copy keeps where it came from and what its mapping could not claim.
         auto opened = std::make_shared<OpenedPlan>();

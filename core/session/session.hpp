@@ -121,12 +121,12 @@ bool writeFileAtomically(const std::string& path, const std::string& text, std::
 
 /// A bug injected into a copy of an opened plan: the mutant, and the copy opened (null when the
 /// reader rejects the copy; then `mutant->problems` says why). The mutant's plan has moved into
-/// `opened` (Mutant::plan is null). `error`: the bug cannot be made (a bugs::MutationError; nothing else is set). Other
-/// exceptions (out of memory) pass through.
+/// `opened` (Mutant::plan is null). `refused`: the bug cannot be made as asked (bugs::mutate's
+/// problem). Exceptions (out of memory) pass through.
 struct InjectedBug {
     std::shared_ptr<const bugs::Mutant> mutant;
     std::shared_ptr<const OpenedPlan> opened;
-    std::string error;
+    std::optional<PlanProblem> refused;  ///< the bug cannot be made as asked (nothing else is set)
 };
 InjectedBug injectBug(const OpenedPlan& from, const std::string& bug, const bugs::MutateOptions& options = {});
 
