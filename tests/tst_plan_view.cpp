@@ -123,8 +123,9 @@ private slots:
         const auto list = loadLessons(dir.path().toStdString());
         QVERIFY(!list.ok());
         QVERIFY(list.lessons.empty());
-        QVERIFY2(QString::fromStdString(list.problems.front()).contains(problem), list.problems.front().c_str());
-        QVERIFY(QString::fromStdString(list.problems.front()).contains("lessons.json"));
+        const auto first = QString::fromStdString(list.problems.front().toString());
+        QVERIFY2(first.contains(problem), qPrintable(first));
+        QVERIFY(QString::fromStdString(list.problems.front().path).contains("lessons.json"));
     }
 
     void layoutOfAChain() {

@@ -348,7 +348,7 @@ private slots:
         QTest::addColumn<QString>("id");
         QTest::addColumn<bool>("buggy");
         const auto list = loadLessons(TV_SOURCE_DIR "/resources/lessons");
-        QVERIFY2(list.ok(), list.problems.empty() ? "" : list.problems.front().c_str());
+        QVERIFY2(list.ok(), list.problems.empty() ? "" : list.problems.front().toString().c_str());
         QCOMPARE(list.lessons.size(), std::size_t(6));
         for (const auto& l : list.lessons) {
             QTest::newRow((l.id + " buggy").c_str()) << QString::fromStdString(l.id) << true;

@@ -18,7 +18,7 @@ void MainWindow::buildLessons() {
     if (!dir.isEmpty()) {
         auto list = loadLessons(dir.toStdString());
         lessons_ = std::move(list.lessons);
-        if (!list.problems.empty()) statusBar()->showMessage(QString::fromStdString(list.problems.front()), 15000);
+        if (!list.problems.empty()) statusBar()->showMessage(QString::fromStdString(list.problems.front().toString()), 15000);
     }
     lessonPanel_ = new LessonPanel(this);
     lessonDock_ = new QDockWidget(tr("Lesson"), this);

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "model/problem.hpp"
+
 namespace tv {
 
 struct Lesson {
@@ -17,8 +19,8 @@ struct Lesson {
 
 struct LessonList {
     std::vector<Lesson> lessons;
-    /// What is wrong with the manifest, each with the file and JSON path ("lessons.json: /lessons/2/buggy: ...").
-    std::vector<std::string> problems;
+    /// What is wrong with the manifest, each where (the file and JSON path, "lessons.json: /lessons/2/buggy") and why.
+    std::vector<PlanProblem> problems;
     bool ok() const { return problems.empty(); }
 };
 
