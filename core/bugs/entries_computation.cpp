@@ -176,12 +176,7 @@ std::int32_t lossSeedRecord(const View& v) {
 std::vector<Site> lossSeedReaders(const View& v) {
     const auto r = lossSeedRecord(v);
     if (r < 0) return {};
-    std::vector<OpId> readers;
-    for (const auto& s : v.p.lineage[r].slices)
-        for (const auto& c : s.copies)
-            for (const auto& t : c)
-                for (auto op : v.g.consumers(t.tensor))
-                    if (std::find(readers.begin(), readers.end(), op) == readers.end()) readers.push_back(op);
+    const auto readers = v.readersOf(static_cast<std::uint32_t>(r));
     if (readers.empty()) return {};
     return {makeSite(v, readers, "the readers of the loss gradient seed " + v.p.tensorName(v.p.logical, v.p.lineage[r].logical))};
 }

@@ -101,12 +101,7 @@ std::vector<std::uint32_t> dataRecords(const View& v) {
 std::vector<Site> dataLoaders(const View& v) {
     std::vector<Site> out;
     for (auto r : dataRecords(v)) {
-        std::vector<OpId> readers;
-        for (const auto& s : v.p.lineage[r].slices)
-            for (const auto& c : s.copies)
-                for (const auto& t : c)
-                    for (auto op : v.g.consumers(t.tensor))
-                        if (std::find(readers.begin(), readers.end(), op) == readers.end()) readers.push_back(op);
+        const auto readers = v.readersOf(r);
         if (!readers.empty()) out.push_back(makeSite(v, readers, "the readers of " + v.p.tensorName(v.p.logical, v.p.lineage[r].logical)));
     }
     return out;

@@ -82,6 +82,16 @@ bool View::feedsOptimizer(OpId o, int depth) const {
     return false;
 }
 
+std::vector<OpId> View::readersOf(std::uint32_t record) const {
+    std::vector<OpId> readers;
+    for (const auto& s : p.lineage[record].slices)
+        for (const auto& c : s.copies)
+            for (const auto& t : c)
+                for (auto op : g.consumers(t.tensor))
+                    if (std::find(readers.begin(), readers.end(), op) == readers.end()) readers.push_back(op);
+    return readers;
+}
+
 std::vector<std::int32_t> View::ranksOf(OpId o) const {
     if (g.ops[o].group != kNone) return group(o);
     return {g.ops[o].rank};

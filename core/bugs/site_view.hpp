@@ -60,6 +60,8 @@ public:
     /// Whether an optimizer op is at most `depth` ops downstream (a weight-gradient reduction).
     bool feedsOptimizer(OpId o, int depth) const;
     std::vector<std::int32_t> ranksOf(OpId o) const;
+    /// The parallel ops that read some copy of a lineage record, each once, in the order found.
+    std::vector<OpId> readersOf(std::uint32_t record) const;
     const Where& where(TensorId t) const { return where_[t]; }
     bool initialRecord(std::int32_t r) const { return r >= 0 && initial_[static_cast<std::size_t>(r)]; }
     /// Two tensors hold parts or copies of one slice of one record (partial sums, replicas).
