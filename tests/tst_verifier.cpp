@@ -450,7 +450,11 @@ private slots:
         QCOMPARE(t.parallel.size(), stage.parallelOps.size());
         for (std::size_t i = 0; i < t.parallel.size(); ++i) {
             QCOMPARE(t.parallel[i].op, plan->opName(plan->parallel, stage.parallelOps[i]));
-            QCOMPARE(t.parallel[i].rank, plan->parallel.homeRank(stage.parallelOps[i]));
+            const auto& op = plan->parallel.ops[stage.parallelOps[i]];
+            // One rank story: the divergence is told from the diagnosis's rank, any other step
+            // from its home rank; a collective lists its group.
+            QCOMPARE(t.parallel[i].rank, static_cast<int>(i) == t.divergence ? f.rank : plan->parallel.homeRank(stage.parallelOps[i]));
+            QCOMPARE(t.parallel[i].group, op.group == kNone ? std::vector<std::int32_t>{} : plan->groups[op.group]);
             QVERIFY(!t.parallel[i].outputs.empty());
             if (i > 0) QVERIFY(plan->parallel.topoIndex[stage.parallelOps[i - 1]] < plan->parallel.topoIndex[stage.parallelOps[i]]);
         }
@@ -486,6 +490,14 @@ private slots:
         QVERIFY(j.contains("trace"));
         QCOMPARE(j["trace"]["parallel"].size(), t.parallel.size());
         QCOMPARE(j["trace"]["divergence"].get<int>(), t.divergence);
+        // What a solver process ships back reads as it was written.
+        const auto back = Failure::fromJson(j);
+        QVERIFY(back.trace);
+        QCOMPARE(back.trace->toJson(), t.toJson());
+        for (std::size_t i = 0; i < t.parallel.size(); ++i) {
+            QCOMPARE(back.trace->parallel[i].group, t.parallel[i].group);
+            QCOMPARE(back.trace->parallel[i].rank, t.parallel[i].rank);
+        }
         QVERIFY(reportToHtml(r).find("(divergence)") != std::string::npos);
     }
 

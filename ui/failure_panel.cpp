@@ -1,7 +1,6 @@
 #include "failure_panel.hpp"
 
 #include <QApplication>
-#include <QCheckBox>
 #include <QClipboard>
 #include <QComboBox>
 #include <QHBoxLayout>
@@ -72,13 +71,11 @@ FailurePanel::FailurePanel(QWidget* parent) : QWidget(parent) {
     previous_ = new QPushButton(tr("◀ Previous"), stepper_);
     next_ = new QPushButton(tr("Next ▶"), stepper_);
     divergence_ = new QPushButton(tr("Go to Divergence"), stepper_);
-    walkPast_ = new QCheckBox(tr("walk past the divergence"), stepper_);
     first_->setToolTip(tr("The stage's first op"));
     previous_->setToolTip(tr("The op before (Shift+F10)"));
-    next_->setToolTip(tr("The next op in topological order (F10); stops at the first divergence"));
+    next_->setToolTip(tr("The next op in topological order (F10), past the first divergence too"));
     divergence_->setToolTip(tr("The first op whose output breaks its lineage (F9)"));
     for (auto* b : {first_, previous_, next_, divergence_}) buttons->addWidget(b);
-    buttons->addWidget(walkPast_);
     buttons->addStretch(1);
     sv->addLayout(buttons);
     stepLabel_ = new QLabel(stepper_);
@@ -119,7 +116,6 @@ FailurePanel::FailurePanel(QWidget* parent) : QWidget(parent) {
     connect(previous_, &QPushButton::clicked, this, &FailurePanel::previous);
     connect(next_, &QPushButton::clicked, this, &FailurePanel::next);
     connect(divergence_, &QPushButton::clicked, this, &FailurePanel::goToDivergence);
-    connect(walkPast_, &QCheckBox::toggled, this, [this] { showStep(); });
     connect(tensor_, &QComboBox::currentIndexChanged, this, [this](int i) { chooseTensor(i); });
     connect(copyText, &QPushButton::clicked, this, [this] { QApplication::clipboard()->setText(this->copyText()); });
     connect(copyJson, &QPushButton::clicked, this, [this] { QApplication::clipboard()->setText(this->copyJson()); });
@@ -170,7 +166,9 @@ void FailurePanel::showReport(const VerifyReport& r, const QString& where) {
     body_->setHtml(html);
     trace_ = r.failure ? r.failure->trace : nullptr;
     step_ = -1;
-    if (trace_ && !trace_->parallel.empty()) setStep(trace_->divergence >= 0 ? trace_->divergence : 0);
+    // Opened at the divergence without announcing it: the window has already taken the user to
+    // the failing op, and a second trip there would fold back what the first one unfolded.
+    if (trace_ && !trace_->parallel.empty()) setStep(trace_->divergence >= 0 ? trace_->divergence : 0, /*announce=*/false);
     else showStep();
 }
 
@@ -178,15 +176,13 @@ QString FailurePanel::headline() const { return QTextDocumentFragment::fromHtml(
 
 QString FailurePanel::text() const { return headline() + QStringLiteral("\n") + body_->toPlainText(); }
 
-bool FailurePanel::canNext() const {
-    if (!trace_ || step_ + 1 >= static_cast<int>(trace_->parallel.size())) return false;
-    return walkPast_->isChecked() || trace_->divergence < 0 || step_ < trace_->divergence;
-}
+bool FailurePanel::canNext() const { return trace_ && step_ + 1 < static_cast<int>(trace_->parallel.size()); }
 
-void FailurePanel::setStep(int step) {
+void FailurePanel::setStep(int step, bool announce) {
     if (!trace_ || trace_->parallel.empty()) return;
     step_ = std::clamp(step, 0, static_cast<int>(trace_->parallel.size()) - 1);
     showStep();
+    if (!announce) return;
     const auto& s = trace_->parallel[static_cast<std::size_t>(step_)];
     emit stepChanged(QString::fromStdString(s.op),
                      s.logical >= 0 ? QString::fromStdString(trace_->logical[static_cast<std::size_t>(s.logical)].op) : QString());
@@ -204,15 +200,13 @@ void FailurePanel::goToDivergence() {
     if (trace_ && trace_->divergence >= 0) setStep(trace_->divergence);
 }
 
-void FailurePanel::setWalkPastDivergence(bool on) { walkPast_->setChecked(on); }
-
 void FailurePanel::showStep() {
     const bool has = trace_ && step_ >= 0 && step_ < static_cast<int>(trace_->parallel.size());
     stepper_->setVisible(trace_ != nullptr);
     first_->setEnabled(canPrevious());
     previous_->setEnabled(canPrevious());
     next_->setEnabled(canNext());
-    divergence_->setEnabled(trace_ && trace_->divergence >= 0 && step_ != trace_->divergence);
+    divergence_->setEnabled(trace_ && trace_->divergence >= 0);
     choices_.clear();
     const QSignalBlocker block(tensor_);
     tensor_->clear();
@@ -225,6 +219,12 @@ void FailurePanel::showStep() {
     const auto& s = trace_->parallel[static_cast<std::size_t>(step_)];
     const TraceStep* l = s.logical >= 0 ? &trace_->logical[static_cast<std::size_t>(s.logical)] : nullptr;
     QString where = tr("rank %1").arg(s.rank);
+    if (!s.group.empty()) {
+        QStringList ranks;
+        for (auto r : s.group) ranks << QString::number(r);
+        where = step_ == trace_->divergence ? tr("ranks %1 — the wrong value lands on rank %2").arg(ranks.join(QStringLiteral(", "))).arg(s.rank)
+                                            : tr("ranks %1").arg(ranks.join(QStringLiteral(", ")));
+    }
     if (s.microbatch >= 0) where += tr(", microbatch %1").arg(s.microbatch);
     QString label = tr("<b>Step %1 of %2:</b> <code>%3</code> (%4) on %5")
                         .arg(step_ + 1)
@@ -233,6 +233,7 @@ void FailurePanel::showStep() {
     label += l ? tr(" — beside logical <code>%1</code> (%2)").arg(QString::fromStdString(l->op).toHtmlEscaped(), QString::fromStdString(l->kind).toHtmlEscaped())
                : tr(" — a glue stage: no logical op, only data movement");
     if (step_ == trace_->divergence) label += tr(" <span style=\"color:#c62828; font-weight:600\">← first divergence</span>");
+    else if (trace_->divergence >= 0 && step_ > trace_->divergence) label += tr(" <i>(past the first divergence: values here inherit its error)</i>");
     if (step_ == trace_->misaligned) label += tr(" <span style=\"color:#8e24aa; font-weight:600\">reads another microbatch</span>");
     if (trace_->uninterpreted) label += tr("<br><i>exp, log and other uninterpreted functions take values the solver chose.</i>");
     stepLabel_->setText(label);

@@ -2,7 +2,7 @@
 // rank, coordinates, microbatch, logical op, tensor and slice) with the Alive2-like sections:
 // example inputs, logical values, parallel values, expected against actual. Below, the stepper
 // walks the failing stage op by op (its trace) in lock-step with the logical ops, showing each
-// tensor's values and the lineage relation checked, and stops at the first divergence.
+// tensor's values and the lineage relation checked, opening at the first divergence.
 #pragma once
 
 #include <QAbstractTableModel>
@@ -12,7 +12,6 @@
 
 #include "verify/verifier.hpp"
 
-class QCheckBox;
 class QComboBox;
 class QLabel;
 class QPushButton;
@@ -54,13 +53,12 @@ public:
     int step() const { return step_; }
     bool canNext() const;
     bool canPrevious() const { return trace_ && step_ > 0; }
-    void setStep(int step);
+    /// Shows a step; `announce` says so (stepChanged), which takes the graph to its op.
+    void setStep(int step, bool announce = true);
     void first() { setStep(0); }
     void next();
     void previous();
     void goToDivergence();
-    /// Next walks past the divergence too (by default it stops there).
-    void setWalkPastDivergence(bool on);
     QString stepText() const;  ///< "Step k of n: ..." and the lineage checks, as shown
     /// The tensors of the current step offered in the chooser, and the one shown.
     QStringList tensorChoices() const;
@@ -88,7 +86,6 @@ private:
     QPushButton* previous_;
     QPushButton* next_;
     QPushButton* divergence_;
-    QCheckBox* walkPast_;
     QComboBox* tensor_;
     QTableView* table_;
     TensorValuesModel* valuesModel_;

@@ -188,10 +188,17 @@ void MainWindow::showStep(const QString& parallelOp, const QString& logicalOp) {
     }
     if (lop != kNone) pins_.push_back({ViewSide::Logical, lop, NodeMark::Focus});
     applyVerificationToScene();
-    if (pnode >= 0) {
-        view_->centerOnItem(scene_->itemForNode(pnode));
-        statusBar()->showMessage(tr("Step: %1").arg(parallelOp), 4000);
+    if (pnode < 0) return;
+    statusBar()->showMessage(tr("Step: %1").arg(parallelOp), 4000);
+    const auto kind = l->view.nodes[pnode].kind;
+    if (kind == ViewNodeKind::CollapsedRank || kind == ViewNodeKind::CollapsedLayer) {
+        // The step's op is folded into its rank or layer: unfold it, then select it (Find's path).
+        revealSteps_ = 0;
+        reveal(FindHit{ViewSide::Parallel, true, pop, pnode});
+        return;
     }
+    scene_->selectNode(pnode);  // the inspector follows the step
+    view_->centerOnItem(scene_->itemForNode(pnode));
 }
 
 std::vector<std::pair<int, NodeMark>> MainWindow::failureMarks(const Failure& f, int* primary, QString* where) const {

@@ -3,6 +3,8 @@
 
 #include "verify/stage_checker.hpp"
 
+#include <algorithm>
+
 namespace tv::check_detail {
 
 std::string StageChecker::value(const z3::model& m, const z3::expr& e) const {
@@ -230,6 +232,7 @@ std::shared_ptr<const StageTrace> StageChecker::buildTrace(const z3::model& m, O
         if (parallel) {
             s.rank = g.homeRank(op);
             s.microbatch = g.ops[op].microbatch;
+            if (g.ops[op].group != kNone) s.group = plan_.groups[g.ops[op].group];
         }
         for (auto t : g.inputs(op))
             if (auto it = vals.find(t); it != vals.end()) s.inputs.push_back(valuesOf(m, g, t, it->second));
@@ -330,6 +333,16 @@ std::shared_ptr<const StageTrace> StageChecker::buildTrace(const z3::model& m, O
         for (std::size_t i = 0; i < trace->parallel.size() && trace->divergence < 0; ++i)
             for (const auto& c : trace->parallel[i].checks)
                 if (!c.holds) trace->divergence = static_cast<int>(i);
+    // One rank story: the divergence step is told from where the wrong value lands, the rank the
+    // diagnosis names (a collective's home rank is only its first output's), and its wrong output
+    // is the one shown first. After the pairing above, which keys on the home rank.
+    if (trace->divergence >= 0) {
+        auto& d = trace->parallel[static_cast<std::size_t>(trace->divergence)];
+        if (d.op == f.parallelOp && f.rank >= 0 && (d.group.empty() ? d.rank == f.rank : std::find(d.group.begin(), d.group.end(), f.rank) != d.group.end()))
+            d.rank = f.rank;
+        const auto wrong = std::find_if(d.outputs.begin(), d.outputs.end(), [&](const TensorValues& v) { return v.name == f.parallelTensor; });
+        if (wrong != d.outputs.end()) std::rotate(d.outputs.begin(), wrong, wrong + 1);
+    }
     if (f.kind == FailureKind::LaneMisalignment)
         for (std::size_t i = 0; i < trace->parallel.size(); ++i)
             if (trace->parallel[i].op == f.parallelOp) trace->misaligned = static_cast<int>(i);

@@ -15,6 +15,31 @@ constexpr std::array<std::string_view, 9> kKindNames = {
 
 std::string_view toString(FailureKind k) { return kKindNames[static_cast<std::size_t>(k)]; }
 
+std::string_view describe(FailureKind k) {
+    switch (k) {
+        case FailureKind::Counterexample: return "values differ (counterexample)";
+        case FailureKind::DataflowBroken: return "dataflow broken";
+        case FailureKind::ShapeMismatch: return "shapes disagree";
+        case FailureKind::ShapeReductionInfeasible: return "shapes cannot be reduced";
+        case FailureKind::LaneMisalignment: return "reads another microbatch's data";
+        case FailureKind::UnsupportedOperator: return "operator without semantics";
+        case FailureKind::Inconclusive: return "inconclusive (the solver gave up)";
+        case FailureKind::InvalidPlan: return "invalid plan";
+        case FailureKind::UnclaimedOutput: return "result not covered by lineage";
+    }
+    return "unknown failure";
+}
+
+std::string formatCoordinates(const nlohmann::json& coordinates) {
+    std::string out;
+    if (!coordinates.is_object()) return out;
+    for (auto it = coordinates.begin(); it != coordinates.end(); ++it) {
+        if (!out.empty()) out += ' ';
+        out += it.key() + "=" + (it.value().is_string() ? it.value().get<std::string>() : it.value().dump());
+    }
+    return out;
+}
+
 FailureKind failureKindFromString(std::string_view name) {
     for (std::size_t i = 0; i < kKindNames.size(); ++i)
         if (kKindNames[i] == name) return static_cast<FailureKind>(i);
@@ -57,6 +82,7 @@ TraceStep TraceStep::fromJson(const nlohmann::json& j) {
     s.kind = j.at("kind").get<std::string>();
     s.rank = numberOr<std::int32_t>(j, "rank", -1);
     s.microbatch = numberOr<std::int32_t>(j, "microbatch", -1);
+    if (auto it = j.find("group"); it != j.end()) s.group = it->get<std::vector<std::int32_t>>();
     s.inputs = valuesList(j.at("inputs"));
     s.outputs = valuesList(j.at("outputs"));
     if (auto it = j.find("checks"); it != j.end())
@@ -200,15 +226,7 @@ std::string Failure::toText() const {
     if (!parallelOp.empty()) {
         os << "  at parallel op " << parallelOp;
         if (rank >= 0) os << " on rank " << rank;
-        if (!coordinates.empty()) {
-            os << " (";
-            bool first = true;
-            for (auto it = coordinates.begin(); it != coordinates.end(); ++it) {
-                os << (first ? "" : " ") << it.key() << "=" << it.value();
-                first = false;
-            }
-            os << ")";
-        }
+        if (!coordinates.empty()) os << " (" << formatCoordinates(coordinates) << ")";
         if (microbatch >= 0) os << ", microbatch " << microbatch;
         os << "\n";
     }
@@ -243,6 +261,7 @@ nlohmann::json TraceStep::toJson() const {
     nlohmann::json j = {{"side", parallel ? "parallel" : "logical"}, {"op", op}, {"kind", kind}};
     if (rank >= 0) j["rank"] = rank;
     if (microbatch >= 0) j["microbatch"] = microbatch;
+    if (!group.empty()) j["group"] = group;
     auto list = [](const std::vector<TensorValues>& v) {
         nlohmann::json a = nlohmann::json::array();
         for (const auto& t : v) a.push_back(t.toJson());

@@ -27,6 +27,9 @@ enum class FailureKind : std::uint8_t {
 };
 
 std::string_view toString(FailureKind k);
+/// The kind in words, for people ("values differ (counterexample)"); toString is the name the
+/// JSON report and scripts use.
+std::string_view describe(FailureKind k);
 /// The kind named by toString; throws std::invalid_argument for another name.
 FailureKind failureKindFromString(std::string_view name);
 /// Inconclusive kinds never count as a pass and never as a proven bug.
@@ -59,8 +62,11 @@ struct LineageCheck {
 struct TraceStep {
     bool parallel = true;
     std::string op, kind;
+    /// Where the step's result lands: a local op's rank; a collective's rank of its first output,
+    /// except at the divergence, where it is the rank of the wrong value (the diagnosis's rank).
     std::int32_t rank = -1, microbatch = -1;
-    std::vector<TensorValues> inputs, outputs;
+    std::vector<std::int32_t> group;      ///< collectives: the ranks taking part, in the group's order
+    std::vector<TensorValues> inputs, outputs;  ///< at the divergence, the wrong output comes first
     std::vector<LineageCheck> checks;     ///< the lineage copies this op completes (it is their last producer)
     int logical = -1;                     ///< parallel steps: the logical step shown beside it (-1: none)
     nlohmann::json toJson() const;
@@ -80,6 +86,9 @@ struct StageTrace {
     nlohmann::json toJson() const;
     static StageTrace fromJson(const nlohmann::json& j);
 };
+
+/// A rank's coordinates as saved in a failure ({"dp":0,"tp":1}) in words: "dp=0 tp=1".
+std::string formatCoordinates(const nlohmann::json& coordinates);
 
 struct Failure {
     FailureKind kind = FailureKind::Counterexample;
