@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "bugs/bug_catalog.hpp"
+#include "model/instance_names.hpp"
 #include "generate/generator.hpp"
 #include "io/plan_json.hpp"
 #include "nnscaler/nnscaler_pair.hpp"
@@ -323,6 +324,19 @@ private slots:
         std::string why;
         QVERIFY2(bugs::caught(one, report, &why), why.c_str());
         QCOMPARE(report.failure->rank, 5);
+
+        // The stored op named with another replica's rank: that replica's copy of it.
+        bugs::MutateOptions both;
+        both.at = "layers.0.attention_norm@r1";
+        both.rank = 5;
+        auto copy = mutantOf(bugs::mutate(p, "norm-eps-one-rank", both));
+        QVERIFY(copy.site.writtenOut);
+        QCOMPARE(copy.site.ranks, std::vector<std::int32_t>{5});
+        QCOMPARE(instance::storedName(copy.site.ops[0]), both.at);
+        both.rank = 4;  // replica 1's rank 0 runs another op
+        const auto refused = bugs::mutate(p, "norm-eps-one-rank", both);
+        QVERIFY(!refused.mutant && refused.refused);
+        QCOMPARE(refused.refused->path, std::string("rank"));
     }
 
     void badRequestsAreRefusedWithAReason_data() {

@@ -23,6 +23,7 @@
 #include "inspector.hpp"
 #include "main_window.hpp"
 #include "studio_testing.hpp"
+#include "theme.hpp"
 
 using namespace tv;
 using namespace tv::ui;
@@ -488,6 +489,35 @@ private slots:
         QVERIFY(loaded.wait(180000));
         QVERIFY(w.scene()->loadedShared() != before);
         QCOMPARE(w.scene()->loaded()->view.count(ViewSide::Logical, ViewNodeKind::CollapsedLayer), std::size_t(0));
+    }
+
+    // The dark palette: disabled text looks disabled (it differs from the active text and stands
+    // out less from the base), placeholder text is readable on the base (WCAG contrast >= 3), and
+    // View > Dark Palette applies it to the whole application and back.
+    void darkPaletteHasDistinctDisabledAndReadablePlaceholder() {
+        const QPalette pal = darkPalette();
+        const QColor base = pal.color(QPalette::Active, QPalette::Base);
+        for (auto role : {QPalette::WindowText, QPalette::Text, QPalette::ButtonText}) {
+            const QColor active = pal.color(QPalette::Active, role), disabled = pal.color(QPalette::Disabled, role);
+            QVERIFY(active != disabled);
+            QVERIFY(contrastRatio(active, base) >= 7.0);
+            QVERIFY(contrastRatio(disabled, base) < contrastRatio(active, base) - 2.0);
+            QVERIFY(contrastRatio(disabled, base) >= 2.0);  // still legible
+            QCOMPARE(pal.color(QPalette::Inactive, role), active);
+        }
+        for (auto group : {QPalette::Active, QPalette::Inactive})
+            QVERIFY(contrastRatio(pal.color(group, QPalette::PlaceholderText), pal.color(group, QPalette::Base)) >= 3.0);
+        QVERIFY(qFuzzyCompare(contrastRatio(Qt::black, Qt::white), 21.0));
+        MainWindow w;
+        QAction* dark = nullptr;
+        for (auto* a : w.findChildren<QAction*>())
+            if (a->text() == QStringLiteral("&Dark Palette")) dark = a;
+        QVERIFY(dark);
+        dark->setChecked(true);
+        QCOMPARE(QApplication::palette().color(QPalette::Disabled, QPalette::WindowText), pal.color(QPalette::Disabled, QPalette::WindowText));
+        QCOMPARE(QApplication::palette().color(QPalette::Active, QPalette::PlaceholderText), pal.color(QPalette::Active, QPalette::PlaceholderText));
+        dark->setChecked(false);
+        QVERIFY(QApplication::palette().color(QPalette::Active, QPalette::Base) != base);
     }
 };
 

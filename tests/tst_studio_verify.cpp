@@ -26,6 +26,9 @@
 #include "explore/lessons.hpp"
 #include "bug_dialog.hpp"
 #include "failure_panel.hpp"
+#include "find_model.hpp"
+#include "inspector.hpp"
+#include "gallery.hpp"
 #include "generate_dialog.hpp"
 #include "lesson_panel.hpp"
 #include "main_window.hpp"
@@ -287,10 +290,11 @@ private slots:
         QVERIFY(scene->markOf(failing.front()) == NodeMark::FailingOp);
     }
 
-    // The stepper opens at the divergence; from the first op, Next visits the stage's parallel ops
-    // in topological order and stops at the divergence (unless told to walk past it). Each step
-    // marks its op on the graph and offers its tensors' values, which copy as text and as JSON.
-    void steppingVisitsOpsInOrderAndStopsAtDivergence_data() {
+    // The stepper opens at the divergence and is usable from there: Next walks on past it (the
+    // later steps say so), Previous and First go back, Go to Divergence returns. From the first
+    // op, Next visits the stage's parallel ops in topological order. Each step marks its op on
+    // the graph and offers its tensors' values, which copy as text and as JSON.
+    void steppingVisitsOpsInOrderAndWalksPastTheDivergence_data() {
         QTest::addColumn<QString>("file");
         QTest::addColumn<QStringList>("visited");
         QTest::addColumn<int>("steps");
@@ -298,7 +302,7 @@ private slots:
         QTest::newRow("dp average missing") << "mlp-dp2-missing-average.json" << QStringList{"dw2_allreduce"} << 1;
         QTest::newRow("pp sends crossed") << "mlp-pp2-crossed-sendrecv.json" << QStringList{"act.mb0@r0", "act.mb1@r0", "send_a.mb0"} << 4;
     }
-    void steppingVisitsOpsInOrderAndStopsAtDivergence() {
+    void steppingVisitsOpsInOrderAndWalksPastTheDivergence() {
         QFETCH(QString, file);
         QFETCH(QStringList, visited);
         QFETCH(int, steps);
@@ -312,17 +316,34 @@ private slots:
         QCOMPARE(panel->step(), trace->divergence);
         QVERIFY(panel->stepText().contains(QStringLiteral("first divergence")));
         QVERIFY(panel->stepText().contains(QStringLiteral("fails")));
+        // Usable from the step it opens at: every button that can move is enabled.
+        auto button = [&](const QString& text) -> QPushButton* {
+            for (auto* b : panel->findChildren<QPushButton*>())
+                if (b->text() == text) return b;
+            return nullptr;
+        };
+        QVERIFY(button(QStringLiteral("Next ▶")) && button(QStringLiteral("First")) && button(QStringLiteral("Go to Divergence")));
+        QCOMPARE(button(QStringLiteral("Next ▶"))->isEnabled(), trace->divergence + 1 < steps);
+        QCOMPARE(button(QStringLiteral("First"))->isEnabled(), trace->divergence > 0);
+        QVERIFY(button(QStringLiteral("Go to Divergence"))->isEnabled());
         QSignalSpy stepped(panel, &FailurePanel::stepChanged);
         panel->first();
-        while (panel->canNext()) panel->next();
+        while (panel->step() < trace->divergence && panel->canNext()) panel->next();
         QStringList seen;
         for (const auto& args : stepped) seen << args.at(0).toString();
         QCOMPARE(seen, visited);
         QCOMPARE(panel->step(), trace->divergence);
-        panel->next();  // stays at the divergence
-        QCOMPARE(panel->step(), trace->divergence);
-        panel->setWalkPastDivergence(true);
         QCOMPARE(panel->canNext(), trace->divergence + 1 < steps);
+        if (panel->canNext()) {
+            panel->next();  // past the divergence, and it says so
+            QCOMPARE(panel->step(), trace->divergence + 1);
+            QVERIFY2(panel->stepText().contains(QStringLiteral("past the first divergence")), qPrintable(panel->stepText()));
+            panel->previous();
+            QCOMPARE(panel->step(), trace->divergence);
+            panel->next();
+            panel->goToDivergence();
+            QCOMPARE(panel->step(), trace->divergence);
+        }
         // The step's op is marked on the graph.
         const auto* l = w.scene()->loaded();
         bool marked = false;
@@ -340,6 +361,83 @@ private slots:
         for (auto* b : panel->findChildren<QPushButton*>())
             if (b->text() == QStringLiteral("Copy as JSON")) b->click();
         QCOMPARE(QGuiApplication::clipboard()->text(), panel->copyJson());
+    }
+
+    // One rank story: on every bundled buggy plan and every lesson's buggy plan, the stepper's
+    // divergence is the diagnosis's op on the diagnosis's rank, its first output is the wrong
+    // tensor on that rank, and the step's text names that rank.
+    void diagnosisAndStepperNameTheSameRank_data() {
+        QTest::addColumn<QString>("file");
+        QTest::addColumn<QString>("lesson");
+        for (const char* f : {"mlp-tp2-missing-allreduce.json", "mlp-dp2-missing-average.json", "mlp-pp2-crossed-sendrecv.json"})
+            QTest::newRow(f) << QString::fromLatin1(f) << QString();
+        const auto list = loadLessons(TV_SOURCE_DIR "/resources/lessons");
+        for (const auto& l : list.lessons) QTest::newRow(("lesson " + l.id).c_str()) << QString() << QString::fromStdString(l.id);
+    }
+    void diagnosisAndStepperNameTheSameRank() {
+        QFETCH(QString, file);
+        QFETCH(QString, lesson);
+        MainWindow w;
+        if (lesson.isEmpty()) {
+            QVERIFY(openAndWait(w, example(file)));
+        } else {
+            QSignalSpy loaded(&w, &MainWindow::planLoaded);
+            QVERIFY(w.openLesson(lesson, true));
+            QVERIFY(loaded.wait(60000));
+        }
+        QVERIFY(verifyAndWait(w));
+        QVERIFY(w.report() && w.report()->failure);
+        const auto& f = *w.report()->failure;
+        auto* panel = w.failurePanel();
+        const auto* trace = panel->trace();
+        if (!trace) QSKIP("this failure has no counterexample to step through");
+        QVERIFY(trace->divergence >= 0);
+        const auto& d = trace->parallel[static_cast<std::size_t>(trace->divergence)];
+        QCOMPARE(d.op, f.parallelOp);
+        QCOMPARE(d.rank, f.rank);
+        QVERIFY(!d.outputs.empty());
+        if (!f.parallelTensor.empty()) {
+            QCOMPARE(d.outputs.front().name, f.parallelTensor);
+            QCOMPARE(d.outputs.front().rank, f.rank);
+        }
+        QCOMPARE(panel->step(), trace->divergence);
+        QVERIFY2(panel->stepText().contains(QStringLiteral("rank %1").arg(f.rank)), qPrintable(panel->stepText()));
+        QVERIFY2(panel->text().contains(QString::number(f.rank)), qPrintable(panel->text()));
+    }
+
+    // Stepping to an op folded into its rank unfolds the rank, selects the op and shows it in
+    // the inspector; a step to an op already drawn selects it at once.
+    void steppingExpandsTheFoldAndUpdatesTheInspector() {
+        MainWindow w;
+        QVERIFY(openAndWait(w, example(QStringLiteral("mlp-tp2-missing-allreduce.json"))));
+        QVERIFY(verifyAndWait(w));
+        auto* panel = w.failurePanel();
+        QVERIFY(panel->trace());
+        {
+            QSignalSpy loaded(&w, &MainWindow::planLoaded);
+            w.setRanksCollapsed(true);
+            QVERIFY(loaded.wait(60000));
+        }
+        const auto* l = w.scene()->loaded();
+        const auto& first = panel->trace()->parallel.front();
+        const OpId op = l->plan->parallel.findOp(l->plan->names.find(first.op));
+        QVERIFY(op != kNone);
+        const int folded = nodeShowing(l->view, FindHit{ViewSide::Parallel, true, op, -1});
+        QVERIFY(folded >= 0);
+        QCOMPARE(l->view.nodes[folded].kind, ViewNodeKind::CollapsedRank);
+        panel->first();
+        QTRY_VERIFY_WITH_TIMEOUT(w.scene()->selectedNode() >= 0 &&
+                                     w.scene()->loaded()->view.nodes[w.scene()->selectedNode()].kind == ViewNodeKind::Op &&
+                                     w.scene()->loaded()->view.nodes[w.scene()->selectedNode()].name == first.op,
+                                 60000);
+        QVERIFY2(w.inspector()->text().contains(QString::fromStdString(first.op)), qPrintable(w.inspector()->text()));
+        // Every later step too, whether its op is drawn already or folded into another rank.
+        while (panel->canNext()) {
+            panel->next();
+            const auto op = panel->trace()->parallel[static_cast<std::size_t>(panel->step())].op;
+            QTRY_VERIFY_WITH_TIMEOUT(w.scene()->selectedNode() >= 0 && w.scene()->loaded()->view.nodes[w.scene()->selectedNode()].name == op, 60000);
+            QVERIFY2(w.inspector()->text().contains(QString::fromStdString(op)), qPrintable(w.inspector()->text()));
+        }
     }
 
     // Every guided lesson opens with its explanation beside the graphs, and each of its two plans
@@ -437,6 +535,91 @@ private slots:
             QVERIFY(verifyAndWait(w));
             QCOMPARE(toString(w.report()->verdict), toString(Verdict::Equivalent));
         }
+    }
+
+    // Bug > Inject Bug honours the rank chosen: a replica's copy of a one-rank site is injected on
+    // that replica's rank and caught there; a collective's site offers its group (and the group's
+    // copies in the other replicas), never a rank the edit would not touch alone.
+    void injectBugHonoursTheRank_data() {
+        QTest::addColumn<QString>("file");
+        QTest::addColumn<QString>("bug");
+        QTest::addColumn<QString>("site");
+        QTest::addColumn<int>("choice");       // index in the rank chooser
+        QTest::addColumn<QList<int>>("ranks");  // the ranks the injected site runs on
+        QTest::addColumn<bool>("choosable");
+        QTest::newRow("one rank, replica 1") << "llama3-l4-dp2-tp2-pp2-nm2-repeats.json" << "norm-eps-one-rank" << "layers.0.attention_norm@r1" << 1
+                                             << QList<int>{5} << true;
+        QTest::newRow("one rank, replica 0") << "llama3-l4-dp2-tp2-pp2-nm2-repeats.json" << "norm-eps-one-rank" << "layers.0.attention_norm@r1" << 0
+                                             << QList<int>{1} << true;
+        QTest::newRow("group, replica 1") << "mlp-dp2-tp2-replicas.json" << "tp-allreduce-identity" << "layers.0.fc2.all_reduce.mb0@r0" << 1
+                                          << QList<int>{2, 3} << true;
+        QTest::newRow("group, one replica") << "mlp-tp2.json" << "tp-allreduce-identity" << "" << 0 << QList<int>{0, 1} << false;
+    }
+    void injectBugHonoursTheRank() {
+        QFETCH(QString, file);
+        QFETCH(QString, bug);
+        QFETCH(QString, site);
+        QFETCH(int, choice);
+        QFETCH(QList<int>, ranks);
+        QFETCH(bool, choosable);
+        MainWindow w;
+        QVERIFY(openAndWait(w, example(file)));
+        BugDialog dlg(w.scene()->loaded()->verifiedPlan(), &w);
+        QSignalSpy found(&dlg, &BugDialog::sitesFound);
+        dlg.selectBug(bug);
+        QVERIFY(found.wait(60000));
+        if (!site.isEmpty()) {
+            const int at = static_cast<int>(dlg.siteChoices().indexOf(site));
+            QVERIFY2(at >= 0, qPrintable(dlg.siteChoices().join(QStringLiteral(", "))));
+            dlg.chooseSite(at);
+        }
+        QCOMPARE(dlg.rankChoosable(), choosable);
+        QVERIFY(choice < dlg.rankChoices().size());
+        QStringList words;
+        for (int r : ranks) words << QString::number(r);
+        const auto offered = dlg.rankChoices().at(choice);
+        QVERIFY2(offered.contains(words.join(QStringLiteral(", "))), qPrintable(offered));
+        if (ranks.size() > 1) QVERIFY2(offered.contains(QStringLiteral("whole group")), qPrintable(offered));
+        dlg.chooseRank(choice);
+        QSignalSpy done(&w, &MainWindow::verificationFinished);
+        w.injectBug(dlg.bug(), dlg.options());
+        QVERIFY(done.wait(300000));
+        QVERIFY(w.mutant());
+        std::vector<std::int32_t> expected(ranks.begin(), ranks.end());
+        QCOMPARE(w.mutant()->site.ranks, expected);
+        QVERIFY(w.report() && w.report()->failure);
+        QVERIFY2(std::find(expected.begin(), expected.end(), w.report()->failure->rank) != expected.end(),
+                 qPrintable(QStringLiteral("caught on rank %1").arg(w.report()->failure->rank)));
+        QVERIFY2(w.bugVerdict().startsWith(QStringLiteral("Caught")), qPrintable(w.bugVerdict()));
+    }
+
+    // What the user reads is in words: no failure kind's or verdict's machine name, no raw JSON.
+    void noInternalNamesReachTheUser_data() {
+        QTest::addColumn<QString>("file");
+        for (const char* f : {"mlp-tp2-missing-allreduce.json", "mlp-dp2-missing-average.json", "mlp-pp2-crossed-sendrecv.json"})
+            QTest::newRow(f) << QString::fromLatin1(f);
+    }
+    void noInternalNamesReachTheUser() {
+        QFETCH(QString, file);
+        MainWindow w;
+        QVERIFY(openAndWait(w, example(file)));
+        QVERIFY(verifyAndWait(w));
+        QStringList shown{w.failurePanel()->text(), w.failurePanel()->stepText()};
+        auto* board = w.stageBoard();
+        for (int r = 0; r < board->model()->rowCount(); ++r)
+            for (int c = 0; c < board->model()->columnCount(); ++c) shown << board->model()->index(r, c).data().toString();
+        std::ifstream in(example(file).toStdString());
+        shown << expectedVerdictText(json::parse(in));
+        const QRegularExpression rawJson(QStringLiteral("\\{\"[a-z]+\":"));
+        for (const auto& text : shown) {
+            for (auto k : {FailureKind::DataflowBroken, FailureKind::ShapeMismatch, FailureKind::ShapeReductionInfeasible, FailureKind::LaneMisalignment,
+                           FailureKind::UnsupportedOperator, FailureKind::InvalidPlan, FailureKind::UnclaimedOutput})
+                QVERIFY2(!text.contains(QString::fromLatin1(toString(k).data())), qPrintable(text));
+            QVERIFY2(!text.contains(QStringLiteral("not_equivalent")), qPrintable(text));
+            QVERIFY2(!rawJson.match(text).hasMatch(), qPrintable(text));
+        }
+        QVERIFY(w.failurePanel()->text().contains(QStringLiteral("coordinates")));
+        QVERIFY(shown.last().startsWith(QStringLiteral("NOT EQUIVALENT")));
     }
 
     // A bug that needs what the plan lacks is refused with the reason; nothing changes.

@@ -123,8 +123,26 @@ void BugDialog::fillRanks() {
     rank_->clear();
     const int i = site_->currentIndex();
     if (i < 0 || i >= static_cast<int>(sites_.size())) return;
-    rank_->addItem(tr("its first rank"), -1);
-    for (auto r : sites_[static_cast<std::size_t>(i)].ranks) rank_->addItem(tr("rank %1").arg(r), r);
+    const auto& site = sites_[static_cast<std::size_t>(i)];
+    if (site.ranks.empty()) {
+        rank_->addItem(tr("where the op runs"), -1);
+        rank_->setEnabled(false);
+        return;
+    }
+    // A plan stored with its data-parallel replicas lists replica 0's ops; every replica k runs
+    // the same op on rank r + k * ranksPerReplica, and the bug can be injected into any one copy.
+    const auto& rep = plan_->replication;
+    const int copies = !site.writtenOut && rep.degree > 1 && rep.ranksPerReplica > 0 ? rep.degree : 1;
+    for (int k = 0; k < copies; ++k) {
+        QStringList ranks;
+        for (auto r : site.ranks) ranks << QString::number(r + k * rep.ranksPerReplica);
+        const int first = site.ranks.front() + k * rep.ranksPerReplica;
+        // A collective's or a peer set's edit changes every rank of it at once.
+        const QString text = site.ranks.size() == 1 ? tr("rank %1").arg(ranks.front())
+                                                    : tr("ranks %1 (the edit changes the whole group)").arg(ranks.join(QStringLiteral(", ")));
+        rank_->addItem(k > 0 ? text + tr(", replica %1").arg(k) : text, first);
+    }
+    rank_->setEnabled(rank_->count() > 1);
 }
 
 bugs::MutateOptions BugDialog::options() const {
@@ -136,5 +154,23 @@ bugs::MutateOptions BugDialog::options() const {
 }
 
 QString BugDialog::status() const { return status_->text(); }
+
+QStringList BugDialog::rankChoices() const {
+    QStringList out;
+    for (int i = 0; i < rank_->count(); ++i) out << rank_->itemText(i);
+    return out;
+}
+
+bool BugDialog::rankChoosable() const { return rank_->isEnabled(); }
+
+void BugDialog::chooseRank(int index) { rank_->setCurrentIndex(index); }
+
+QStringList BugDialog::siteChoices() const {
+    QStringList out;
+    for (int i = 0; i < site_->count(); ++i) out << site_->itemText(i);
+    return out;
+}
+
+void BugDialog::chooseSite(int index) { site_->setCurrentIndex(index); }
 
 }  // namespace tv::ui

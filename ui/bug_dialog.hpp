@@ -30,6 +30,13 @@ public:
     /// Whether the sites of the chosen bug are known (found, or refused with a reason).
     bool sitesReady() const { return ready_; }
     QString status() const;
+    /// The ranks offered for the chosen site (a replica's copy of it, or the group it edits).
+    QStringList rankChoices() const;
+    bool rankChoosable() const;
+    void chooseRank(int index);
+    /// The sites found (by their first op), and choosing one as the user would.
+    QStringList siteChoices() const;
+    void chooseSite(int index);
 
 signals:
     void sitesFound();

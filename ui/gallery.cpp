@@ -13,6 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "verify/verifier.hpp"
+
 namespace tv::ui {
 
 QString examplesDir() {
@@ -27,6 +29,31 @@ QString lessonsDir() {
                             QStringLiteral(TV_SOURCE_DIR "/resources/lessons")})
         if (QDir(dir).exists()) return QDir(dir).canonicalPath();
     return {};
+}
+
+QString expectedVerdictText(const nlohmann::json& doc) {
+    if (!doc.is_object() || !doc.contains("expect") || !doc["expect"].is_object()) return {};
+    const auto& expect = doc["expect"];
+    if (!expect.contains("verdict") || !expect["verdict"].is_string()) return {};
+    const auto name = expect["verdict"].get<std::string>();
+    const auto verdict = verdictFromString(name);
+    // An unknown name is shown as written: the file says something this build does not know.
+    QString text = verdict ? QString::fromLatin1(headline(*verdict).data()) : QString::fromStdString(name);
+    if (!expect.contains("failure") || !expect["failure"].is_object()) return text;
+    const auto& f = expect["failure"];
+    QString where;
+    if (f.contains("kind") && f["kind"].is_string()) {
+        try {
+            where = QString::fromLatin1(describe(failureKindFromString(f["kind"].get<std::string>())).data());
+        } catch (const std::invalid_argument&) {
+            where = QString::fromStdString(f["kind"].get<std::string>());
+        }
+    }
+    if (f.contains("parallel_op") && f["parallel_op"].is_string())
+        where += QCoreApplication::translate("GalleryDialog", " at %1").arg(QString::fromStdString(f["parallel_op"].get<std::string>()));
+    if (f.contains("rank") && f["rank"].is_number_integer())
+        where += QCoreApplication::translate("GalleryDialog", " on rank %1").arg(f["rank"].get<int>());
+    return where.isEmpty() ? text : text + QStringLiteral(" — ") + where.trimmed();
 }
 
 GalleryDialog::GalleryDialog(const std::vector<Lesson>& lessons, const QString& examples, QWidget* parent) : QDialog(parent) {
@@ -50,8 +77,9 @@ GalleryDialog::GalleryDialog(const std::vector<Lesson>& lessons, const QString& 
         f.setBold(true);
         item->setFont(f);
     }
-    const QDir dir(examples);
-    for (const auto& fi : dir.entryInfoList({QStringLiteral("*.json")}, QDir::Files, QDir::Name)) {
+    // No examples directory (an install without them): no examples, not the current directory's files.
+    const QFileInfoList files = examples.isEmpty() ? QFileInfoList() : QDir(examples).entryInfoList({QStringLiteral("*.json")}, QDir::Files, QDir::Name);
+    for (const auto& fi : files) {
         std::ifstream in(fi.absoluteFilePath().toStdString());
         nlohmann::json doc = nlohmann::json::parse(in, nullptr, false);
         auto* item = new QListWidgetItem(fi.completeBaseName(), list_);
@@ -59,10 +87,7 @@ GalleryDialog::GalleryDialog(const std::vector<Lesson>& lessons, const QString& 
         QString desc = doc.is_object() && doc.contains("description") && doc["description"].is_string()
                            ? QString::fromStdString(doc["description"].get<std::string>())
                            : QString();
-        QString verdict;
-        if (doc.is_object() && doc.contains("expect") && doc["expect"].is_object() && doc["expect"].contains("verdict") &&
-            doc["expect"]["verdict"].is_string())
-            verdict = QString::fromStdString(doc["expect"]["verdict"].get<std::string>());
+        const QString verdict = expectedVerdictText(doc);
         item->setData(Qt::UserRole + 1, QStringLiteral("<p>%1</p><p><b>%2</b> %3</p>").arg(desc.toHtmlEscaped(), tr("Expected verdict:"), verdict.toHtmlEscaped()));
     }
     connect(list_, &QListWidget::currentItemChanged, about, [about](QListWidgetItem* item) {

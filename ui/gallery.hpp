@@ -4,6 +4,8 @@
 
 #include <QDialog>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include <vector>
 
 #include "explore/lessons.hpp"
@@ -16,6 +18,8 @@ namespace tv::ui {
 QString examplesDir();
 /// The guided lessons' directory (installed, else the source tree's); empty if neither.
 QString lessonsDir();
+/// An example's expect block in words: "NOT EQUIVALENT — values differ (counterexample) at fc2@r0 on rank 0".
+QString expectedVerdictText(const nlohmann::json& doc);
 
 class GalleryDialog : public QDialog {
     Q_OBJECT

@@ -2,6 +2,7 @@
 // and laying out plans in the background, off the GUI thread), the view's folds, export, recent
 // files and theme. Find, verification, the Bug menu and the gallery have files of their own.
 #include "main_window.hpp"
+#include "theme.hpp"
 
 #include "process/helper_process.hpp"
 
@@ -651,22 +652,7 @@ void MainWindow::rebuildRecentMenu() {
 
 void MainWindow::applyTheme(bool dark) {
     dark_ = dark;
-    QPalette pal;
-    if (dark) {
-        pal.setColor(QPalette::Window, QColor(45, 45, 50));
-        pal.setColor(QPalette::WindowText, QColor(230, 230, 235));
-        pal.setColor(QPalette::Base, QColor(32, 32, 36));
-        pal.setColor(QPalette::AlternateBase, QColor(45, 45, 50));
-        pal.setColor(QPalette::Text, QColor(230, 230, 235));
-        pal.setColor(QPalette::Button, QColor(55, 55, 60));
-        pal.setColor(QPalette::ButtonText, QColor(230, 230, 235));
-        pal.setColor(QPalette::Highlight, QColor(0, 120, 215));
-        pal.setColor(QPalette::HighlightedText, Qt::white);
-        pal.setColor(QPalette::ToolTipBase, QColor(55, 55, 60));
-        pal.setColor(QPalette::ToolTipText, QColor(230, 230, 235));
-    } else {
-        pal = QApplication::style()->standardPalette();
-    }
+    const QPalette pal = dark ? darkPalette() : QApplication::style()->standardPalette();
     QApplication::setPalette(pal);
     scene_->setDark(dark);
 }

@@ -95,7 +95,7 @@ void StageBoardModel::finish(const VerifyReport& report) {
         seconds_[r.stage] = r.reduceSeconds + r.encodeSeconds + r.solveSeconds;
         if (r.failure) {
             const auto& f = *r.failure;
-            note_[r.stage] = QString::fromLatin1(toString(f.kind).data()) +
+            note_[r.stage] = QString::fromLatin1(describe(f.kind).data()) +
                              (f.parallelOp.empty() ? QString() : QStringLiteral(" at ") + QString::fromStdString(f.parallelOp)) +
                              (f.rank >= 0 ? tr(", rank %1").arg(f.rank) : QString());
         } else if (r.cached) {

@@ -47,7 +47,7 @@ quint64 VerificationController::start(std::shared_ptr<const session::OpenedPlan>
             std::lock_guard lock(mutex_);
             if (pendingRun_ != id) return;
             pending_.push_back({r.stage, r.status, r.reduceSeconds + r.encodeSeconds + r.solveSeconds, r.cached, r.sameAs,
-                                r.failure ? QString::fromLatin1(toString(r.failure->kind).data()) : QString()});
+                                r.failure ? QString::fromLatin1(describe(r.failure->kind).data()) : QString()});
         }
         if (userDone) userDone(r);
     };

@@ -255,9 +255,12 @@ Mutant mutantOf(const Plan& plan, std::string_view bug, const MutateOptions& opt
             atExists = true;
             atRanks = view.ranksOf(view.find(opts.at));
         }
+        // With replicas written out, `at` may name the stored op: its copy on the rank asked for
+        // ("x@r1~dp1" for x@r1 on replica 1's rank) is that op there.
+        auto isAt = [&](const std::string& op) { return op == opts.at || (form.writtenOut && instance::storedName(op) == opts.at); };
         const Site* chosen = nullptr;
         for (const auto& s : sites) {
-            if (!opts.at.empty() && std::find(s.ops.begin(), s.ops.end(), opts.at) == s.ops.end()) continue;
+            if (!opts.at.empty() && std::none_of(s.ops.begin(), s.ops.end(), isAt)) continue;
             if (opts.rank >= 0 && !std::binary_search(s.ranks.begin(), s.ranks.end(), opts.rank)) continue;
             chosen = &s;
             break;
@@ -344,14 +347,14 @@ bool caught(const Mutant& mutant, const VerifyReport& report, std::string* why) 
     }
     if (report.verdict != Verdict::NotEquivalent || !report.failure) {
         say("missed: the verdict is " + std::string(headline(report.verdict)) +
-            (report.failure ? " (" + std::string(toString(report.failure->kind)) + ")" : std::string()));
+            (report.failure ? " (" + std::string(describe(report.failure->kind)) + ")" : std::string()));
         return false;
     }
     const auto& f = *report.failure;
-    std::string found = std::string(toString(f.kind)) + " at " + (f.parallelOp.empty() ? f.parallelTensor : f.parallelOp) + " on rank " +
+    std::string found = std::string(describe(f.kind)) + " at " + (f.parallelOp.empty() ? f.parallelTensor : f.parallelOp) + " on rank " +
                         std::to_string(f.rank);
     if (std::find(x.kinds.begin(), x.kinds.end(), f.kind) == x.kinds.end()) {
-        say("caught as " + found + ", but the expected kind is " + std::string(toString(x.kinds.front())));
+        say("caught as " + found + ", but the expected kind is " + std::string(describe(x.kinds.front())));
         return false;
     }
     const bool stored = x.ranksPerReplica > 0;

@@ -56,13 +56,13 @@ void valuesTable(std::ostringstream& os, const char* title, const std::vector<Te
 }
 
 void failureSection(std::ostringstream& os, const Failure& f, const char* heading) {
-    os << "<h2>" << heading << ": " << htmlEscape(toString(f.kind)) << "</h2>\n";
+    os << "<h2>" << heading << ": " << htmlEscape(describe(f.kind)) << "</h2>\n";
     if (!f.message.empty()) os << "<p>" << htmlEscape(f.message) << "</p>\n";
     os << "<table>\n";
     row(os, "stage", f.stage == kNone ? std::string() : std::to_string(f.stage));
     row(os, "parallel op", f.parallelOp);
     row(os, "rank", f.rank >= 0 ? std::to_string(f.rank) : std::string());
-    row(os, "coordinates", f.coordinates.empty() ? std::string() : f.coordinates.dump());
+    row(os, "coordinates", formatCoordinates(f.coordinates));
     row(os, "microbatch", f.microbatch >= 0 ? std::to_string(f.microbatch) : std::string());
     row(os, "logical op", f.logicalOp);
     row(os, "logical tensor", f.tensor);

@@ -19,6 +19,12 @@
 
 namespace tv {
 
+std::optional<Verdict> verdictFromString(std::string_view name) {
+    for (auto v : {Verdict::Equivalent, Verdict::NotEquivalent, Verdict::Inconclusive, Verdict::Invalid})
+        if (toString(v) == name) return v;
+    return std::nullopt;
+}
+
 std::string_view toString(Verdict v) {
     switch (v) {
         case Verdict::Equivalent: return "equivalent";

@@ -24,6 +24,8 @@ namespace tv {
 enum class Verdict : std::uint8_t { Equivalent, NotEquivalent, Inconclusive, Invalid };
 std::string_view toString(Verdict v);            ///< "equivalent", "not_equivalent", ...
 std::string_view headline(Verdict v);            ///< "EQUIVALENT", "NOT EQUIVALENT", ...
+/// The verdict named by toString (as an example's expect block spells it); none for another name.
+std::optional<Verdict> verdictFromString(std::string_view name);
 int exitCode(Verdict v);                          ///< 0, 1, 2, 3
 
 struct Timing {
