@@ -1,7 +1,8 @@
 // Measures the Studio on a plan: time to first picture (read, cut stages, build the view, lay
 // out, build the scene, first paint) and frame times while panning, on whatever Qt platform is
 // set (offscreen or xcb).
-// Usage: studio-bench PLAN.json [--expand-rank R] [--expand-layer KEY]... (KEY as in ViewLayer::key,
+// Usage: studio-bench PLAN.json [--expand-rank R] [--expand-layer KEY] [--expand-all ranks|layers]...
+// (KEY as in ViewLayer::key,
 // e.g. "logical layers.3 forward" or "rank 0 mb 1 layers.3 backward"), applied in order.
 // --verify [JOBS]: then press F5 and measure the run as the user sees it (F5 to verdict, the
 // event loop's lateness meanwhile, the batches of results, panning during the run, F5 again
@@ -25,7 +26,7 @@ int main(int argc, char** argv) {
     QApplication::setOrganizationName(QStringLiteral("TrainVerifyBench"));
     const auto args = QApplication::arguments();
     if (args.size() < 2) {
-        std::fprintf(stderr, "usage: studio-bench PLAN.json [--expand-rank R] [--expand-layer KEY]... [--grab FILE.png]\n");
+        std::fprintf(stderr, "usage: studio-bench PLAN.json [--expand-rank R] [--expand-layer KEY] [--expand-all ranks|layers]... [--grab FILE.png]\n");
         return 3;
     }
     std::vector<std::pair<QString, QString>> steps;
@@ -40,7 +41,7 @@ int main(int argc, char** argv) {
             grab = args[i + 1];
             continue;
         }
-        if (args[i] != QStringLiteral("--expand-rank") && args[i] != QStringLiteral("--expand-layer")) {
+        if (args[i] != QStringLiteral("--expand-rank") && args[i] != QStringLiteral("--expand-layer") && args[i] != QStringLiteral("--expand-all")) {
             std::fprintf(stderr, "studio-bench: unknown option %s\n", qPrintable(args[i]));
             return 3;
         }
@@ -68,6 +69,14 @@ int main(int argc, char** argv) {
         t.restart();
         if (what == QStringLiteral("--expand-rank")) {
             w.toggleRank(arg.toInt());
+        } else if (what == QStringLiteral("--expand-all")) {
+            // --expand-all ranks | layers: View > Expand All Ranks (or Layers).
+            if (arg == QStringLiteral("ranks")) w.setRanksCollapsed(false);
+            else if (arg == QStringLiteral("layers")) w.setLayersCollapsed(false);
+            else {
+                std::fprintf(stderr, "studio-bench: --expand-all takes ranks or layers\n");
+                return 3;
+            }
         } else {
             bool known = false;
             for (const auto& layer : w.scene()->loaded()->view.layers) known |= layer.key == arg.toStdString();
@@ -83,6 +92,7 @@ int main(int argc, char** argv) {
         std::printf("%s %s: %.0f ms (stages %.0f, view %.0f, layout %.0f), %zu view nodes\n", qPrintable(what.mid(2)), qPrintable(arg),
                     static_cast<double>(t.nsecsElapsed()) / 1e6, now->stageSeconds * 1000, now->viewSeconds * 1000, now->layoutSeconds * 1000,
                     now->view.nodes.size());
+        std::printf("  layout: %s\n", now->placed.notice.empty() ? "dot" : now->placed.notice.c_str());
     }
     const auto* l = w.scene()->loaded();
     std::printf("plan: %zu parallel ops, %zu view nodes, %d scene node items, %d lineage items\n", l->plan->parallel.ops.size(),

@@ -2,8 +2,11 @@
 // lineage edges and groups built for each bundled example.
 #include <QtTest>
 #include <QRegularExpression>
+#include <QDir>
 #include <QTemporaryDir>
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 
 #include <map>
@@ -13,6 +16,7 @@
 #include <thread>
 
 #include "helper_process_main.hpp"
+#include "layout/layered_layout.hpp"
 #include "process/helper_process.hpp"
 #include "explore/lessons.hpp"
 #include "explore/verified_view.hpp"
@@ -255,22 +259,28 @@ private slots:
         QVERIFY_THROWS_EXCEPTION(std::exception, layoutResultFromBytes("not cbor"));
     }
 
-    /// A stop set while dot runs, and a budget that runs out, end the layout: its process is killed
-    /// and the result says which (issue 17: a layout ran 17 minutes and nothing could end it). The
-    /// graph takes dot minutes; the stop comes 300 ms in. A layout that ignored either would come
-    /// back laid out, and the test fail.
+    /// A stop set while dot runs ends the layout: its process is killed and the result says it was
+    /// cancelled; nothing is drawn, and no later request of the session starts. A budget that runs
+    /// out ends dot too (issue 17: a layout ran 17 minutes and nothing could end it), and then the
+    /// quick layered layout draws the request and says why; without fallback it is an error. The
+    /// graph takes dot minutes; the stop or the deadline comes 300 ms in. A layout that ignored
+    /// either would come back from dot, and the test fail.
     void stopAndBudgetEndALayout_data() {
         QTest::addColumn<bool>("budget");
-        QTest::newRow("stop") << false;
-        QTest::newRow("budget") << true;
+        QTest::addColumn<bool>("fallback");
+        QTest::newRow("stop") << false << true;
+        QTest::newRow("budget, drawn layered") << true << true;
+        QTest::newRow("budget, no fallback") << true << false;
     }
     void stopAndBudgetEndALayout() {
         QFETCH(bool, budget);
+        QFETCH(bool, fallback);
         const auto q = slowRequest();
         std::atomic<bool> stop{false};
         LayoutControl control;
         control.program = thisProgram();
         control.stop = &stop;
+        control.fallback = fallback;
         std::thread stopper;
         if (budget) {
             control.budgetSeconds = 0.3;
@@ -286,39 +296,241 @@ private slots:
         LayoutSession session(control);
         const auto res = session.layout(q);
         if (stopper.joinable()) stopper.join();
+        LayoutRequest small;
+        small.nodes.resize(2);
+        const auto after = session.layout(small);
+        if (budget && fallback) {
+            QVERIFY2(res.error.empty(), res.error.c_str());
+            QCOMPARE(res.nodeCenters.size(), q.nodes.size());
+            QVERIFY2(res.fallback.find("ran past its budget of 0.3 s") != std::string::npos, res.fallback.c_str());
+            QVERIFY2(res.fallback.find("4800 nodes") != std::string::npos, res.fallback.c_str());
+            // Later requests are past the deadline too: drawn layered at once.
+            QVERIFY(after.error.empty() && !after.fallback.empty());
+            QCOMPARE(after.nodeCenters.size(), std::size_t(2));
+            return;
+        }
         QVERIFY(res.nodeCenters.empty());
         QCOMPARE(res.cancelled, !budget);
         QCOMPARE(res.overBudget, budget);
         QVERIFY2(res.error.find(budget ? "ran past its budget of 0.3 s" : "cancelled") != std::string::npos, res.error.c_str());
         QVERIFY2(res.error.find("4800 nodes") != std::string::npos, res.error.c_str());
         // Later requests of the session are not started.
-        LayoutRequest small;
-        small.nodes.resize(2);
-        const auto after = session.layout(small);
         QVERIFY(!after.error.empty());
         QCOMPARE(after.cancelled, !budget);
     }
 
-    /// A program that does not serve --layout-process, or none at all, is an error that names it.
-    void aLayoutProcessThatFailsIsAnError() {
+    /// Dot's own slice of the time: past it, the request is drawn layered, and the result says dot
+    /// took too long (the session's budget is not reached, so it is not "past the budget").
+    void dotPastItsSliceIsDrawnLayered() {
+        const auto q = slowRequest();
+        LayoutControl control;
+        control.program = thisProgram();
+        control.dotSeconds = 0.3;
+        const auto res = LayoutSession(control).layout(q);
+        QVERIFY2(res.error.empty(), res.error.c_str());
+        QCOMPARE(res.nodeCenters.size(), q.nodes.size());
+        QVERIFY2(res.fallback.find("dot took more than its 0.3 s") != std::string::npos, res.fallback.c_str());
+    }
+
+    /// A program that does not serve --layout-process, or none at all, is an error that names it
+    /// when there is no fallback; with one (the default), the layered layout draws the request and
+    /// the reason names the program. Past dot's bound, the same: refused, or drawn layered.
+    void aLayoutProcessThatFailsIsAnErrorOrFallsBack() {
         LayoutRequest small;
         small.nodes.resize(2);
         small.edges = {{0, 1, true}};
         for (const std::string program : {"/bin/true", "/nonexistent/trainverify-studio"}) {
             LayoutControl control;
             control.program = program;
+            control.fallback = false;
             const auto res = LayoutSession(control).layout(small);
             QVERIFY(res.nodeCenters.empty());
             QVERIFY(!res.cancelled && !res.overBudget);
             QVERIFY2(res.error.find(program) != std::string::npos, res.error.c_str());
+            control.fallback = true;
+            const auto drawn = LayoutSession(control).layout(small);
+            QVERIFY2(drawn.error.empty(), drawn.error.c_str());
+            QCOMPARE(drawn.nodeCenters.size(), std::size_t(2));
+            QVERIFY2(drawn.fallback.find(program) != std::string::npos, drawn.fallback.c_str());
+            QVERIFY(drawn.nodeCenters[0].y < drawn.nodeCenters[1].y);
         }
         // Past the bound, refused before any process starts, as in this process.
         LayoutControl control;
         control.program = "/nonexistent/trainverify-studio";
+        control.fallback = false;
         LayoutRequest over;
         over.nodes.resize(kMaxLayoutNodes + 1);
         const auto res = LayoutSession(control).layout(over);
         QVERIFY2(res.error.find("more than the") != std::string::npos, res.error.c_str());
+        control.fallback = true;
+        const auto drawn = LayoutSession(control).layout(over);
+        QVERIFY2(drawn.error.empty(), drawn.error.c_str());
+        QCOMPARE(drawn.nodeCenters.size(), over.nodes.size());
+        QVERIFY2(drawn.fallback.find(std::to_string(kMaxLayoutNodes + 1) + " nodes") != std::string::npos, drawn.fallback.c_str());
+        // Past the layered layout's bound too: refused, whatever the control.
+        LayoutRequest huge;
+        huge.nodes.resize(kMaxLayeredNodes + 1);
+        const auto refused = LayoutSession(control).layout(huge);
+        QVERIFY(refused.nodeCenters.empty());
+        QVERIFY2(refused.error.find(std::to_string(kMaxLayeredNodes)) != std::string::npos, refused.error.c_str());
+    }
+
+    /// The layered layout keeps what the views rely on, on any graph: every node inside every
+    /// cluster box that holds it (transitively), no two nodes overlapping, sibling cluster boxes
+    /// disjoint, edges that close no cycle pointing down, sizes as asked, the same result twice.
+    /// Rows: small shapes, clusters whose parents are malformed, a left-to-right graph, the
+    /// 4,800-node clustered graph dot takes minutes on, and both sides of each bundled example.
+    void layeredLayoutIsSound_data() {
+        QTest::addColumn<int>("which");
+        QTest::addColumn<QString>("file");
+        QTest::newRow("chain") << 0 << QString();
+        QTest::newRow("diamond in clusters") << 1 << QString();
+        QTest::newRow("cycle") << 2 << QString();
+        QTest::newRow("malformed clusters") << 3 << QString();
+        QTest::newRow("left to right") << 4 << QString();
+        QTest::newRow("4800 nodes in 60 nested clusters") << 5 << QString();
+        for (const auto& f : QDir(QStringLiteral(TV_SOURCE_DIR "/resources/examples")).entryList({QStringLiteral("*.json")}, QDir::Files, QDir::Name))
+            QTest::newRow(qPrintable(f)) << 6 << f;
+    }
+    void layeredLayoutIsSound() {
+        QFETCH(int, which);
+        QFETCH(QString, file);
+        std::vector<LayoutRequest> requests;
+        LayoutRequest q;
+        switch (which) {
+            case 0:
+                for (int i = 0; i < 5; ++i) q.nodes.push_back({60 + 10.0 * i, 30, -1});
+                for (int i = 0; i + 1 < 5; ++i) q.edges.push_back({i, i + 1, true});
+                break;
+            case 1:
+                q.clusters = {{"outer", -1}, {"left", 0}, {"right", 0}};
+                q.nodes = {{50, 30, 0}, {50, 30, 1}, {80, 30, 2}, {50, 30, -1}, {50, 30, 1}};
+                q.edges = {{0, 1, true}, {0, 2, true}, {1, 3, true}, {2, 3, true}, {1, 4, true}, {4, 3, false}};
+                break;
+            case 2:
+                q.clusters = {{"loop", -1}};
+                q.nodes = {{40, 20, 0}, {40, 20, 0}, {40, 20, 0}, {40, 20, -1}};
+                q.edges = {{0, 1, true}, {1, 2, true}, {2, 0, true}, {2, 3, true}, {3, 3, true}, {0, 7, true}, {-1, 2, true}};
+                break;
+            case 3:
+                q.clusters = {{"a", 1}, {"b", 0}, {"c", 9}, {"d", 3}, {"e", -5}};
+                q.nodes = {{40, 20, 0}, {40, 20, 1}, {40, 20, 2}, {40, 20, 3}, {40, 20, 4}, {40, 20, 17}, {-3, std::nan(""), 2}};
+                q.edges = {{0, 1, true}, {1, 2, true}, {2, 3, true}, {3, 4, true}, {4, 5, true}, {5, 6, true}};
+                break;
+            case 4:
+                q = slowRequest();
+                q.nodes.resize(300);
+                q.edges.erase(std::remove_if(q.edges.begin(), q.edges.end(), [](const LayoutEdge& e) { return e.from >= 300 || e.to >= 300; }), q.edges.end());
+                q.leftToRight = true;
+                break;
+            case 5:
+                q = slowRequest();
+                break;
+            default: {
+                auto plan = readPlanFile((QStringLiteral(TV_SOURCE_DIR "/resources/examples/") + file).toStdString()).plan;
+                QVERIFY(plan);
+                ViewOptions options;
+                const auto view = buildPlanView(*plan, cutStages(*plan), options);
+                std::vector<int> map;
+                requests.push_back(view.layoutRequest(ViewSide::Logical, map));
+                requests.push_back(view.layoutRequest(ViewSide::Parallel, map));
+            }
+        }
+        if (requests.empty()) requests.push_back(q);
+        for (const auto& req : requests) {
+            const auto res = layoutLayered(req);
+            QVERIFY2(res.error.empty(), res.error.c_str());
+            QCOMPARE(res.nodeCenters.size(), req.nodes.size());
+            QCOMPARE(res.edgePaths.size(), req.edges.size());
+            QCOMPARE(res.edgeTips.size(), req.edges.size());
+            QCOMPARE(res.clusterBoxes.size(), req.clusters.size());
+            const int nc = static_cast<int>(req.clusters.size());
+            auto sz = [](double v) { return std::isfinite(v) && v > 0 ? v : 0.0; };
+            std::vector<Rect> rect(req.nodes.size());
+            for (std::size_t i = 0; i < req.nodes.size(); ++i) {
+                const double w = sz(req.nodes[i].width), h = sz(req.nodes[i].height);
+                rect[i] = {res.nodeCenters[i].x - w / 2, res.nodeCenters[i].y - h / 2, w, h};
+                QVERIFY(std::isfinite(rect[i].x) && std::isfinite(rect[i].y));
+            }
+            auto inside = [](const Rect& a, const Rect& b) {
+                return a.x >= b.x - 1e-6 && a.y >= b.y - 1e-6 && a.x + a.width <= b.x + b.width + 1e-6 && a.y + a.height <= b.y + b.height + 1e-6;
+            };
+            auto overlap = [](const Rect& a, const Rect& b) {
+                return a.x < b.x + b.width - 1e-6 && b.x < a.x + a.width - 1e-6 && a.y < b.y + b.height - 1e-6 && b.y < a.y + a.height - 1e-6;
+            };
+            // Parents as the layout reads them: out of range or on a loop, the top level.
+            std::vector<int> parent(nc, -1);
+            for (int c = 0; c < nc; ++c) {
+                const int p = req.clusters[c].parent;
+                parent[c] = p >= 0 && p < nc && p != c ? p : -1;
+            }
+            for (int c = 0; c < nc; ++c) {
+                int x = parent[c], steps = 0;
+                while (x >= 0 && steps <= nc) x = parent[x], ++steps;
+                if (steps > nc) {  // on a loop: the layout cut it somewhere; only check what is certain
+                    parent[c] = -2;
+                }
+            }
+            // Nodes in every enclosing box, and apart from each other (pairs only in small graphs,
+            // and by sweeping sorted rows in big ones).
+            for (std::size_t i = 0; i < req.nodes.size(); ++i) {
+                const int c0 = req.nodes[i].cluster;
+                for (int c = c0 >= 0 && c0 < nc ? c0 : -1, hops = 0; c >= 0 && hops <= nc; c = parent[c], ++hops)
+                    QVERIFY2(inside(rect[i], res.clusterBoxes[c]), qPrintable(QStringLiteral("node %1 outside cluster %2").arg(i).arg(c)));
+                QVERIFY(inside(rect[i], res.bounds));
+            }
+            std::vector<std::size_t> byY(req.nodes.size());
+            for (std::size_t i = 0; i < byY.size(); ++i) byY[i] = i;
+            std::sort(byY.begin(), byY.end(), [&](std::size_t a, std::size_t b) { return rect[a].y < rect[b].y; });
+            for (std::size_t a = 0; a < byY.size(); ++a)
+                for (std::size_t b = a + 1; b < byY.size() && rect[byY[b]].y < rect[byY[a]].y + rect[byY[a]].height; ++b)
+                    QVERIFY2(!overlap(rect[byY[a]], rect[byY[b]]), qPrintable(QStringLiteral("nodes %1 and %2 overlap").arg(byY[a]).arg(byY[b])));
+            for (int a = 0; a < nc; ++a)
+                for (int b = a + 1; b < nc; ++b)
+                    if (parent[a] >= -1 && parent[a] == parent[b])
+                        QVERIFY2(!overlap(res.clusterBoxes[a], res.clusterBoxes[b]), qPrintable(QStringLiteral("sibling clusters %1 and %2 overlap").arg(a).arg(b)));
+            // An edge of a graph without cycles points down (right, laid out left to right).
+            bool acyclic = which != 2 && which != 5;
+            for (std::size_t k = 0; k < req.edges.size() && acyclic && which != 3; ++k) {
+                const auto& e = req.edges[k];
+                if (!e.constraint || e.from == e.to || e.from < 0 || e.to < 0) continue;
+                const double from = req.leftToRight ? res.nodeCenters[e.from].x : res.nodeCenters[e.from].y;
+                const double to = req.leftToRight ? res.nodeCenters[e.to].x : res.nodeCenters[e.to].y;
+                QVERIFY2(from < to, qPrintable(QStringLiteral("edge %1 does not point down").arg(k)));
+                QCOMPARE(res.edgePaths[k].size(), std::size_t(4));
+            }
+            const auto again = layoutLayered(req);
+            for (std::size_t i = 0; i < req.nodes.size(); ++i) {
+                QCOMPARE(again.nodeCenters[i].x, res.nodeCenters[i].x);
+                QCOMPARE(again.nodeCenters[i].y, res.nodeCenters[i].y);
+            }
+        }
+    }
+
+    /// Every parallel tensor drawn is drawn in its own rank's box (issue 19: mlp-tp2 drew logits@r1,
+    /// an all-reduce's output on rank 1, in rank 0's box, and loss@r1 with it), on every example.
+    void tensorsSitInTheirRanksBox_data() {
+        QTest::addColumn<QString>("file");
+        for (const auto& f : QDir(QStringLiteral(TV_SOURCE_DIR "/resources/examples")).entryList({QStringLiteral("*.json")}, QDir::Files, QDir::Name))
+            QTest::newRow(qPrintable(f)) << f;
+    }
+    void tensorsSitInTheirRanksBox() {
+        QFETCH(QString, file);
+        auto plan = readPlanFile((QStringLiteral(TV_SOURCE_DIR "/resources/examples/") + file).toStdString()).plan;
+        QVERIFY(plan);
+        const auto view = buildPlanView(*plan, cutStages(*plan), ViewOptions{});
+        int checked = 0;
+        for (const auto& n : view.nodes) {
+            if (n.side != ViewSide::Parallel || n.kind != ViewNodeKind::Tensor) continue;
+            const auto rank = plan->parallel.tensors[n.id].rank;
+            if (rank < 0) continue;
+            int box = -1;
+            for (int g = n.group; g >= 0; g = view.groups[g].parent)
+                if (view.groups[g].kind == ViewGroupKind::Rank) box = view.groups[g].rank;
+            QVERIFY2(box == rank, qPrintable(QStringLiteral("%1 (rank %2) is drawn in rank %3's box").arg(QString::fromStdString(n.name)).arg(rank).arg(box)));
+            ++checked;
+        }
+        if (file == QStringLiteral("mlp-tp2.json")) QVERIFY(checked > 0);
     }
 
     void dotExport() {

@@ -7,6 +7,7 @@
 
 #include <QAbstractItemModelTester>
 #include <QAction>
+#include <QGraphicsItem>
 #include <QProcess>
 #include <QClipboard>
 #include <QProgressBar>
@@ -30,6 +31,7 @@
 #include "inspector.hpp"
 #include "gallery.hpp"
 #include "generate_dialog.hpp"
+#include "graph_view.hpp"
 #include "lesson_panel.hpp"
 #include "main_window.hpp"
 #include "studio_testing.hpp"
@@ -620,6 +622,34 @@ private slots:
         }
         QVERIFY(w.failurePanel()->text().contains(QStringLiteral("coordinates")));
         QVERIFY(shown.last().startsWith(QStringLiteral("NOT EQUIVALENT")));
+    }
+
+    // Focusing a stage (a click on the stage board) brings its nodes into the view of a 1280x720
+    // window: at least one of its parallel nodes is in sight, never the gap between the graphs.
+    void focusingAStageShowsItsNodes() {
+        MainWindow w;
+        w.resize(1280, 720);
+        w.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        QVERIFY(openAndWait(w, example(QStringLiteral("mlp4-dp2-tp2-pp2.json"))));
+        const auto* l = w.scene()->loaded();
+        QVERIFY(l->verifiedStages);
+        int checked = 0;
+        for (std::uint32_t s = 0; s < l->verifiedStages->stages.size(); s += 3) {
+            w.focusStage(s);
+            const auto focus = w.scene()->marked(NodeMark::Focus);
+            if (focus.empty()) continue;
+            const QRectF visible = w.view()->mapToScene(w.view()->viewport()->rect()).boundingRect();
+            bool parallelInSight = false, anyParallel = false;
+            for (int n : focus)
+                if (l->view.nodes[n].side == ViewSide::Parallel) {
+                    anyParallel = true;
+                    parallelInSight = parallelInSight || visible.intersects(w.scene()->itemForNode(n)->sceneBoundingRect());
+                }
+            QVERIFY2(!anyParallel || parallelInSight, qPrintable(QStringLiteral("stage %1: none of its parallel nodes is in sight").arg(s)));
+            ++checked;
+        }
+        QVERIFY(checked > 3);
     }
 
     // A bug that needs what the plan lacks is refused with the reason; nothing changes.

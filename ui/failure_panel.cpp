@@ -59,7 +59,9 @@ FailurePanel::FailurePanel(QWidget* parent) : QWidget(parent) {
     headline_->setWordWrap(true);
     headline_->setTextFormat(Qt::RichText);
     v->addWidget(headline_);
-    auto* split = new QSplitter(Qt::Vertical, this);
+    // The diagnosis beside the stepper: the panel is a wide band under the graph, so it takes
+    // the width, not the graph's height.
+    auto* split = new QSplitter(Qt::Horizontal, this);
     body_ = new QTextBrowser(split);
     body_->setOpenLinks(false);
 
@@ -103,13 +105,13 @@ FailurePanel::FailurePanel(QWidget* parent) : QWidget(parent) {
     table_->setModel(valuesModel_);
     table_->horizontalHeader()->setDefaultSectionSize(64);
     table_->verticalHeader()->setDefaultSectionSize(20);
-    table_->setMaximumHeight(130);  // the diagnosis above keeps the room; larger tensors scroll
+    table_->setMinimumHeight(60);  // larger tensors scroll
     sv->addWidget(table_, 1);
     split->addWidget(body_);
     split->addWidget(stepper_);
-    split->setStretchFactor(0, 3);
-    split->setStretchFactor(1, 2);
-    split->setSizes({360, 240});
+    split->setStretchFactor(0, 2);
+    split->setStretchFactor(1, 3);
+    split->setSizes({400, 600});
     v->addWidget(split, 1);
 
     connect(first_, &QPushButton::clicked, this, &FailurePanel::first);

@@ -72,7 +72,7 @@ void LineageGrid::paintEvent(QPaintEvent*) {
     p.fillRect(rect(), palette().base());
     if (cells_.empty()) {
         p.setPen(palette().color(QPalette::PlaceholderText));
-        p.drawText(rect(), Qt::AlignCenter, tr("Select a tensor with lineage to see its shards"));
+        p.drawText(rect().adjusted(8, 8, -8, -8), Qt::AlignCenter | Qt::TextWordWrap, tr("Select a tensor with lineage to see its shards"));
         return;
     }
     p.setPen(palette().color(QPalette::Text));

@@ -2,6 +2,10 @@
 // and laying out plans in the background, off the GUI thread), the view's folds, export, recent
 // files and theme. Find, verification, the Bug menu and the gallery have files of their own.
 #include "main_window.hpp"
+
+#include <functional>
+#include "notice_bar.hpp"
+#include "stage_board.hpp"
 #include "theme.hpp"
 
 #include "process/helper_process.hpp"
@@ -17,7 +21,13 @@
 #include <QLabel>
 #include <QLineEdit>
 #include <QMenuBar>
+#include <QGraphicsItem>
 #include <QMessageBox>
+#include <QTreeWidget>
+#include <QMenu>
+#include <QDialogButtonBox>
+#include <QClipboard>
+#include <QVBoxLayout>
 #include <QMimeData>
 #include <QProgressBar>
 #include <QTimer>
@@ -127,7 +137,14 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     scene_ = new PlanScene(this);
     view_ = new GraphView(this);
     view_->setScene(scene_);
-    setCentralWidget(view_);
+    notice_ = new NoticeBar(this);
+    auto* central = new QWidget(this);
+    auto* column = new QVBoxLayout(central);
+    column->setContentsMargins(0, 0, 0, 0);
+    column->setSpacing(0);
+    column->addWidget(notice_);
+    column->addWidget(view_, 1);
+    setCentralWidget(central);
 
     inspector_ = new Inspector(this);
     auto* inspectorDock = new QDockWidget(tr("Inspector"), this);
@@ -169,23 +186,23 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     connect(scene_, &PlanScene::nodeSelected, this, &MainWindow::onNodeSelected);
     connect(scene_, &PlanScene::nodeActivated, this, &MainWindow::onNodeActivated);
     connect(scene_, &PlanScene::groupActivated, this, &MainWindow::onGroupActivated);
+    connect(scene_, &PlanScene::nodeContextMenu, this, [this](int node, QPoint screen) {
+        if (auto* menu = nodeMenu(node)) menu->popup(screen);
+    });
     connect(scene_, &PlanScene::planChanged, this, [this] { findModel_->setPlan(scene_->loadedShared()); });
 
     buildMenus();
     buildFilterBar();
+    buildPanelsMenu();
+    defaultState_ = saveState(kWindowStateVersion);
     QSettings s;
     restoreGeometry(s.value(QStringLiteral("window/geometry")).toByteArray());
-    restoreState(s.value(QStringLiteral("window/state")).toByteArray());
-    if (!s.contains(QStringLiteral("window/geometry"))) {
-        resize(1400, 860);
-        // The graphs get most of the height; the stage board and the diagnosis share the rest.
-        auto* stages = findChild<QDockWidget*>(QStringLiteral("stages"));
-        auto* diagnosis = findChild<QDockWidget*>(QStringLiteral("diagnosis"));
-        if (stages) resizeDocks({stages}, {320}, Qt::Vertical);
-        if (stages && diagnosis) resizeDocks({stages, diagnosis}, {560, 840}, Qt::Horizontal);
-    }
+    // A layout saved by an older version (docks side by side) is not restored: the default is.
+    const bool restored = restoreState(s.value(QStringLiteral("window/state")).toByteArray(), kWindowStateVersion);
+    if (!s.contains(QStringLiteral("window/geometry"))) resize(1400, 860);
+    if (!restored) sizeDocksToWindow();
     applyTheme(s.value(QStringLiteral("view/dark"), false).toBool());
-    scene_->setShowAllLineage(s.value(QStringLiteral("view/allLineage"), true).toBool());
+    scene_->setShowAllLineage(s.value(QStringLiteral("view/allLineage"), false).toBool());
     rebuildRecentMenu();
     updateStatus();
 }
@@ -241,19 +258,24 @@ void MainWindow::buildMenus() {
     file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
 
     auto* view = menuBar()->addMenu(tr("&View"));
+    viewMenu_ = view;
     view->addAction(tr("Zoom &In"), QKeySequence(Qt::CTRL | Qt::Key_Equal), view_, &GraphView::zoomIn);
     view->addAction(tr("Zoom &Out"), QKeySequence(Qt::CTRL | Qt::Key_Minus), view_, &GraphView::zoomOut);
     view->addAction(tr("&Fit"), QKeySequence(Qt::CTRL | Qt::Key_0), view_, &GraphView::fitAll);
     view->addAction(tr("&Actual Size (100 %)"), QKeySequence(Qt::CTRL | Qt::Key_1), view_, &GraphView::zoomActual);
     view->addSeparator();
     auto* findAction = view->addAction(tr("&Find..."), QKeySequence::Find, this, [this] {
+        if (auto* dock = findChild<QDockWidget*>(QStringLiteral("find"))) {
+            dock->show();
+            dock->raise();
+        }
         findEdit_->setFocus();
         findEdit_->selectAll();
     });
     (void)findAction;
     auto* lineage = view->addAction(tr("Show &All Lineage Edges"));
     lineage->setCheckable(true);
-    lineage->setChecked(QSettings().value(QStringLiteral("view/allLineage"), true).toBool());
+    lineage->setChecked(QSettings().value(QStringLiteral("view/allLineage"), false).toBool());
     connect(lineage, &QAction::toggled, this, [this](bool on) {
         scene_->setShowAllLineage(on);
         QSettings().setValue(QStringLiteral("view/allLineage"), on);
@@ -280,6 +302,8 @@ void MainWindow::buildMenus() {
     buildBugMenu();
 
     auto* help = menuBar()->addMenu(tr("&Help"));
+    help->addAction(tr("&Keyboard Shortcuts"), QKeySequence(Qt::CTRL | Qt::Key_Slash), this, &MainWindow::showShortcuts)
+        ->setObjectName(QStringLiteral("keyboardShortcuts"));
     auto* lessonsMenu = help->addMenu(tr("&Lessons"));
     for (const auto& lesson : lessons_) {
         const auto id = QString::fromStdString(lesson.id);
@@ -328,6 +352,7 @@ void MainWindow::startJob(std::function<std::shared_ptr<LoadedPlan>(QString*, co
         control.deadline = LayoutControl::Clock::now() + std::chrono::duration_cast<LayoutControl::Clock::duration>(
                                                                  std::chrono::duration<double>(layoutSeconds_));
     }
+    control.dotSeconds = dotSeconds_;
     control.onRequest = [state](std::size_t side, std::size_t nodes, std::size_t edges) {
         state->nodes = nodes;
         state->edges = edges;
@@ -449,14 +474,18 @@ void MainWindow::onLoaded(quint64 id, std::shared_ptr<LoadedPlan> loaded, const 
         return;
     }
     if (!loaded) {
-        // A re-layout that fails (one past the layout bound) keeps the view on screen.
+        // A re-layout that fails (one past every layout's bound) keeps the view on screen; the
+        // reason is shown above the graph, in the window.
         const QString msg = error.isEmpty() ? (open ? tr("The plan could not be opened.") : tr("The view could not be laid out.")) : error;
         statusPlan_->setText(open ? tr("Failed to open the plan") : tr("Layout refused; the view is unchanged"));
+        notice_->showNotice(open ? tr("Cannot open the plan: %1").arg(msg) : tr("Cannot lay out this view (the view on screen is unchanged): %1").arg(msg),
+                            NoticeBar::Tone::Error);
         emit loadFailed(msg);
-        if (isVisible()) QMessageBox::warning(this, open ? tr("Cannot open plan") : tr("Cannot lay out this view"), msg);
         updateStatus();
         return;
     }
+    if (loaded->placed.notice.empty()) notice_->clearNotice();
+    else notice_->showNotice(tr("Laid out, but %1.").arg(QString::fromStdString(loaded->placed.notice)));
     // A re-layout of the plan on screen keeps the filters and the view; a new (or reloaded) plan resets them.
     const bool samePlan = scene_->loaded() && scene_->loaded()->plan == loaded->plan;
     currentPath_ = loaded->path();
@@ -477,8 +506,13 @@ void MainWindow::onLoaded(quint64 id, std::shared_ptr<LoadedPlan> loaded, const 
     updateVerifyActions();
     if (!samePlan) view_->showStart();
     if (pendingReveal_) {
+        anchor_.reset();
         if (samePlan) reveal(*pendingReveal_);
         else pendingReveal_.reset();
+    } else if (samePlan) {
+        keepInView();
+    } else {
+        anchor_.reset();
     }
     if (currentLogical_.isEmpty()) rememberRecent(currentPath_);  // a pair is two files: opened again from the File menu
     if (loaded->mutant())
@@ -546,8 +580,40 @@ void MainWindow::relayout(ViewOptions options) {
              tr("Laying out the view"), /*open=*/false);
 }
 
+void MainWindow::keepInView() {
+    const auto* l = scene_->loaded();
+    if (!l || !anchor_) return;
+    const auto anchor = std::move(*anchor_);
+    anchor_.reset();
+    // What was just opened or closed: the rank's box or the layer's band, or the node it folded into.
+    QRectF target;
+    const auto& v = l->view;
+    for (std::size_t g = 0; g < v.groups.size() && target.isNull(); ++g) {
+        const auto& group = v.groups[g];
+        const bool match = anchor.layerKey.empty() ? group.kind == ViewGroupKind::Rank && group.rank == anchor.rank && group.side == ViewSide::Parallel
+                                                   : group.kind == ViewGroupKind::Layer && group.layer >= 0 && v.layers[group.layer].key == anchor.layerKey;
+        if (match) {
+            const auto& r = l->placed.groupRects[g];
+            target = QRectF(r.x, r.y, r.width, r.height);
+        }
+    }
+    for (std::size_t n = 0; n < v.nodes.size() && target.isNull(); ++n) {
+        const auto& node = v.nodes[n];
+        const bool match = anchor.layerKey.empty() ? node.kind == ViewNodeKind::CollapsedRank && static_cast<std::int32_t>(node.id) == anchor.rank
+                                                   : node.kind == ViewNodeKind::CollapsedLayer && v.layers[node.id].key == anchor.layerKey;
+        if (match) target = scene_->itemForNode(static_cast<int>(n))->sceneBoundingRect();
+    }
+    if (target.isNull()) return;
+    const QRectF visible = view_->mapToScene(view_->viewport()->rect()).boundingRect();
+    // Its top in sight: centred when it fits, else its top edge a fifth of the way down.
+    if (target.height() <= visible.height() && target.width() <= visible.width()) view_->centerOn(target.center());
+    else view_->centerOn(QPointF(target.width() <= visible.width() ? target.center().x() : target.left() + visible.width() / 2,
+                                 target.top() + visible.height() * 0.3));
+}
+
 void MainWindow::toggleRank(std::int32_t rank) {
     if (!scene_->loaded()) return;
+    anchor_ = ViewAnchor{rank, {}};
     auto options = currentOptions();
     if (!options.collapsedRanks.erase(rank)) options.collapsedRanks.insert(rank);
     relayout(std::move(options));
@@ -556,6 +622,7 @@ void MainWindow::toggleRank(std::int32_t rank) {
 void MainWindow::toggleLayer(const std::string& key) {
     const auto* l = scene_->loaded();
     if (!l) return;
+    anchor_ = ViewAnchor{-1, key};
     auto options = currentOptions();
     // Collapsed now (counting toggles not yet laid out)? Named either way in the options, or else
     // as the size rule left it in the view on screen.
@@ -657,10 +724,136 @@ void MainWindow::applyTheme(bool dark) {
     scene_->setDark(dark);
 }
 
+void MainWindow::sizeDocksToWindow() {
+    // The graph first: the panels take a share of the window, never most of it.
+    auto dock = [this](const char* name) { return findChild<QDockWidget*>(QLatin1String(name)); };
+    if (auto* stages = dock("stages")) resizeDocks({stages}, {std::max(120, height() * 26 / 100)}, Qt::Vertical);
+    if (auto* overview = dock("overview")) resizeDocks({overview}, {std::max(150, width() * 15 / 100)}, Qt::Horizontal);
+    if (auto* inspector = dock("inspector")) resizeDocks({inspector}, {std::max(180, width() * 18 / 100)}, Qt::Horizontal);
+}
+
+void MainWindow::resetLayout() {
+    restoreState(defaultState_, kWindowStateVersion);
+    sizeDocksToWindow();
+}
+
+void MainWindow::buildPanelsMenu() {
+    // Every panel can be shown or hidden from View > Panels; Reset Layout puts them back.
+    auto* panels = viewMenu_->addMenu(tr("&Panels"));
+    int key = Qt::Key_1;
+    for (const char* name : {"overview", "find", "inspector", "stages", "diagnosis", "lesson"})
+        if (auto* d = findChild<QDockWidget*>(QLatin1String(name))) {
+            auto* toggle = d->toggleViewAction();
+            toggle->setObjectName(QStringLiteral("panel-%1").arg(QLatin1String(name)));
+            if (key <= Qt::Key_6) toggle->setShortcut(QKeySequence(Qt::CTRL | Qt::ALT | static_cast<Qt::Key>(key++)));
+            panels->addAction(toggle);
+        }
+    auto* graphOnly = viewMenu_->addAction(tr("&Graph Only"));
+    graphOnly->setObjectName(QStringLiteral("graphOnly"));
+    graphOnly->setCheckable(true);
+    graphOnly->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_G));
+    connect(graphOnly, &QAction::toggled, this, [this](bool on) {
+        if (on) {
+            graphOnlyState_ = saveState(kWindowStateVersion);
+            for (auto* d : findChildren<QDockWidget*>()) d->hide();
+        } else if (!graphOnlyState_.isEmpty()) {
+            restoreState(graphOnlyState_, kWindowStateVersion);
+        }
+    });
+    auto* reset = viewMenu_->addAction(tr("&Reset Layout"), this, [this, graphOnly] {
+        const QSignalBlocker block(graphOnly);
+        graphOnly->setChecked(false);
+        resetLayout();
+    });
+    reset->setObjectName(QStringLiteral("resetLayout"));
+}
+
+QMenu* MainWindow::nodeMenu(int node) {
+    const auto* l = scene_->loaded();
+    if (!l || node < 0 || node >= static_cast<int>(l->view.nodes.size())) return nullptr;
+    const auto& n = l->view.nodes[node];
+    auto* menu = new QMenu(this);
+    menu->setAttribute(Qt::WA_DeleteOnClose);
+    auto named = [](QAction* a, const char* name) {
+        a->setObjectName(QLatin1String(name));
+        return a;
+    };
+    if (n.kind == ViewNodeKind::CollapsedRank) {
+        named(menu->addAction(tr("&Expand Rank %1").arg(n.id), this, [this, rank = static_cast<std::int32_t>(n.id)] { toggleRank(rank); }), "expand");
+    } else if (n.kind == ViewNodeKind::CollapsedLayer) {
+        named(menu->addAction(tr("&Expand %1").arg(QString::fromStdString(n.name)), this,
+                              [this, key = l->view.layers[n.id].key] { toggleLayer(key); }),
+              "expand");
+    } else {
+        // Fold what holds it: its layer, else (parallel side) its rank.
+        if (n.layer >= 0 && n.layer < static_cast<int>(l->view.layers.size()))
+            named(menu->addAction(tr("&Collapse %1").arg(QString::fromStdString(l->view.layers[n.layer].layer)), this,
+                                  [this, key = l->view.layers[n.layer].key] { toggleLayer(key); }),
+                  "collapse");
+        else if (n.side == ViewSide::Parallel) {
+            std::int32_t rank = -1;
+            for (int g = n.group; g >= 0; g = l->view.groups[g].parent)
+                if (l->view.groups[g].kind == ViewGroupKind::Rank) rank = l->view.groups[g].rank;
+            if (rank >= 0) named(menu->addAction(tr("&Collapse Rank %1").arg(rank), this, [this, rank] { toggleRank(rank); }), "collapse");
+        }
+    }
+    named(menu->addAction(tr("Show &Lineage"), this, [this, node] {
+              scene_->selectNode(node);
+              view_->centerOnItem(scene_->itemForNode(node));
+          }),
+          "lineage")
+        ->setToolTip(tr("Select it: its lineage edges and counterparts on the other side are drawn"));
+    named(menu->addAction(tr("&Copy Name"), this, [name = QString::fromStdString(n.name)] { QApplication::clipboard()->setText(name); }), "copyName");
+    // Its stage as the stage board numbers it (the verified plan's, when drawn as stored).
+    if (n.stage != kNone && n.stage < l->drawnToVerified.size() && l->drawnToVerified[n.stage] != kNone) {
+        const auto stage = l->drawnToVerified[n.stage];
+        named(menu->addAction(tr("Go to &Stage %1").arg(stage), this,
+                              [this, stage] {
+                                  board_->selectStage(stage);
+                                  focusStage(stage);
+                              }),
+              "goToStage");
+    }
+    return menu;
+}
+
+void MainWindow::showShortcuts() {
+    QDialog dlg(this);
+    dlg.setWindowTitle(tr("Keyboard Shortcuts"));
+    auto* layout = new QVBoxLayout(&dlg);
+    auto* tree = new QTreeWidget(&dlg);
+    tree->setObjectName(QStringLiteral("shortcuts"));
+    tree->setHeaderLabels({tr("Command"), tr("Shortcut")});
+    tree->setRootIsDecorated(false);
+    for (const auto& [path, keys] : shortcuts()) new QTreeWidgetItem(tree, {path, keys});
+    tree->resizeColumnToContents(0);
+    layout->addWidget(tree);
+    auto* buttons = new QDialogButtonBox(QDialogButtonBox::Close, &dlg);
+    connect(buttons, &QDialogButtonBox::rejected, &dlg, &QDialog::reject);
+    layout->addWidget(buttons);
+    dlg.resize(520, 560);
+    dlg.exec();
+}
+
+std::vector<std::pair<QString, QString>> MainWindow::shortcuts() const {
+    // Read from the menus themselves, so the list never goes stale.
+    std::vector<std::pair<QString, QString>> out;
+    std::function<void(const QMenu*, const QString&)> walk = [&](const QMenu* menu, const QString& path) {
+        for (auto* a : menu->actions()) {
+            const QString text = a->text().remove(QLatin1Char('&'));
+            if (a->menu()) walk(a->menu(), path + text + QStringLiteral(" ▸ "));
+            else if (!a->shortcut().isEmpty()) out.emplace_back(path + text, a->shortcut().toString(QKeySequence::NativeText));
+        }
+    };
+    for (auto* a : menuBar()->actions())
+        if (a->menu()) walk(a->menu(), a->text().remove(QLatin1Char('&')) + QStringLiteral(" ▸ "));
+    return out;
+}
+
 void MainWindow::closeEvent(QCloseEvent* e) {
     QSettings s;
     s.setValue(QStringLiteral("window/geometry"), saveGeometry());
-    s.setValue(QStringLiteral("window/state"), saveState());
+    s.setValue(QStringLiteral("window/state"), saveState(kWindowStateVersion));
     QMainWindow::closeEvent(e);
 }
 

@@ -39,12 +39,15 @@ class StageBoard;
 class FailurePanel;
 class VerificationController;
 class LessonPanel;
+class NoticeBar;
 struct StageUpdate;
 
 /// Plans stored once are drawn written out up to this many parallel ops, as stored beyond.
 constexpr std::size_t kMaxWrittenOutOps = 400000;
 /// What one layout (both sides of a view) may take before it is stopped, by default.
 constexpr double kDefaultLayoutSeconds = 120;
+/// What dot may take on one side of a view before the quick layered layout draws it instead.
+constexpr double kDefaultDotSeconds = 15;
 /// Reads, cuts stages, builds the view and lays it out: everything a plan needs, off the GUI thread.
 /// `control`: where and within what the layout runs (null: in this thread, unbounded in time).
 std::shared_ptr<LoadedPlan> loadPlan(const QString& path, const std::set<std::int32_t>* collapsed, QString* error,
@@ -128,6 +131,17 @@ public:
     /// layout processes run (empty: this one, which serves --layout-process).
     void setLayoutBudget(double seconds) { layoutSeconds_ = seconds; }
     double layoutBudget() const { return layoutSeconds_; }
+    /// What dot may take on one side before the layered layout draws it (seconds; 0: the budget).
+    void setDotBudget(double seconds) { dotSeconds_ = seconds; }
+    /// The notice above the graph (a view drawn with the layered layout, a layout or open refused).
+    NoticeBar* noticeBar() const { return notice_; }
+    /// View > Reset Layout: the panels where they start, sized to the window (the graph first).
+    void resetLayout();
+    /// A node's context menu (expand or collapse what holds it, lineage, copy name, its stage);
+    /// null for no node. Deletes itself when closed.
+    QMenu* nodeMenu(int node);
+    /// Every menu command with a shortcut ("View ▸ Fit", "Ctrl+0"), as Help > Keyboard Shortcuts lists them.
+    std::vector<std::pair<QString, QString>> shortcuts() const;
     /// What the status bar says while a job runs (what, the side laid out, its size, the time).
     QString layoutProgressText() const;
 
@@ -218,12 +232,28 @@ private:
     };
     std::map<quint64, std::shared_ptr<Job>> jobs_;
     double layoutSeconds_ = kDefaultLayoutSeconds;
+    double dotSeconds_ = kDefaultDotSeconds;
+    NoticeBar* notice_ = nullptr;
+    QMenu* viewMenu_ = nullptr;
+    QByteArray defaultState_, graphOnlyState_;
+    /// Saved window layouts of another version are not restored (version 2: tabbed panels).
+    static constexpr int kWindowStateVersion = 2;
+    void buildPanelsMenu();
+    void sizeDocksToWindow();
+    void showShortcuts();
     QTimer* layoutTimer_ = nullptr;          ///< refreshes the status bar while a job runs
     QProgressBar* layoutBusy_ = nullptr;
     QToolButton* layoutCancelButton_ = nullptr;
     QAction* cancelLayoutAction_ = nullptr;
     std::optional<ViewOptions> pendingOptions_;
     std::optional<FindHit> pendingReveal_;  ///< a Find match to select once what folds it is expanded
+    /// What the newest re-layout opens or closes (a rank, or a layer by its key), kept in view after it.
+    struct ViewAnchor {
+        std::int32_t rank = -1;
+        std::string layerKey;
+    };
+    std::optional<ViewAnchor> anchor_;
+    void keepInView();
     int revealSteps_ = 0;  ///< options of the newest re-layout not yet shown
     QString currentPath_;
     QString currentLogical_;  ///< non-empty when the plan on screen is an nnScaler pair

@@ -30,6 +30,11 @@ void MainWindow::buildFindDock() {
     findDock->setObjectName(QStringLiteral("find"));
     findDock->setWidget(findPanel);
     addDockWidget(Qt::LeftDockWidgetArea, findDock);
+    // Find shares the left column with the overview, as a tab (Ctrl+F raises it).
+    if (auto* overview = findChild<QDockWidget*>(QStringLiteral("overview"))) {
+        tabifyDockWidget(overview, findDock);
+        overview->raise();
+    }
     connect(findEdit_, &QLineEdit::textChanged, this, &MainWindow::find);
     // A click shows a match (or the collapsed rank or layer holding it); activating it (Enter,
     // double-click) also expands what holds it.
@@ -39,8 +44,7 @@ void MainWindow::buildFindDock() {
 
 void MainWindow::buildFilterBar() {
     filterBar_ = new FilterBar(this);
-    addToolBarBreak();
-    addToolBar(filterBar_);
+    addToolBar(filterBar_);  // on the main toolbar's row: the graph keeps the height
     connect(filterBar_, &FilterBar::filterChanged, this, &MainWindow::filterBarChanged);
 }
 

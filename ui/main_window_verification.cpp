@@ -39,7 +39,9 @@ void MainWindow::buildVerification() {
     failureDock->setObjectName(QStringLiteral("diagnosis"));
     failureDock->setWidget(failurePanel_);
     addDockWidget(Qt::BottomDockWidgetArea, failureDock);
-    splitDockWidget(boardDock, failureDock, Qt::Horizontal);
+    // One band at the bottom, two tabs: the graph keeps the height (a failure raises the diagnosis).
+    tabifyDockWidget(boardDock, failureDock);
+    boardDock->raise();
 
     progress_ = new QProgressBar(this);
     progress_->setMaximumWidth(220);
@@ -147,6 +149,8 @@ void MainWindow::onVerified(quint64 run, std::shared_ptr<const VerifyReport> rep
                     .arg(QString::fromStdString(l->mutant()->bug), QString::fromStdString(l->mutant()->change), bugVerdict_);
     }
     failurePanel_->showReport(*report, where);
+    if (report->failure)
+        if (auto* dock = findChild<QDockWidget*>(QStringLiteral("diagnosis"))) dock->raise();
     const auto summary = reportToText(*report);
     statusBar()->showMessage(QString::fromStdString(summary.substr(0, summary.find('\n'))), 10000);
     if (report->failure && report->failure->stage != kNone) board_->selectStage(report->failure->stage);
@@ -275,11 +279,36 @@ void MainWindow::focusStage(std::uint32_t sourceStage) {
     pins_.clear();
     focusedStage_ = sourceStage;
     const auto nodes = stageNodes(sourceStage);
-    QRectF box;
+    // Both sides' nodes when they fit in the view together; else the parallel side's (where the
+    // shards are) when they fit; else the parallel node nearest their middle. Never the empty gap
+    // between the two graphs, or between ranks.
+    QRectF logical, parallel;
     for (int n : nodes)
-        if (auto* item = scene_->itemForNode(n)) box = box.isNull() ? item->sceneBoundingRect() : box.united(item->sceneBoundingRect());
+        if (auto* item = scene_->itemForNode(n)) {
+            auto& box = l->view.nodes[n].side == ViewSide::Logical ? logical : parallel;
+            box = box.isNull() ? item->sceneBoundingRect() : box.united(item->sceneBoundingRect());
+        }
     applyVerificationToScene();
-    if (!box.isNull()) view_->centerOn(box.center());
+    const QRectF both = logical.isNull() ? parallel : parallel.isNull() ? logical : logical.united(parallel);
+    const QRectF visible = view_->mapToScene(view_->viewport()->rect()).boundingRect();
+    auto fits = [&](const QRectF& r) { return !r.isNull() && r.width() < visible.width() * 0.9 && r.height() < visible.height() * 0.9; };
+    if (fits(both)) {
+        view_->centerOn(both.center());
+    } else if (fits(parallel)) {
+        view_->centerOn(parallel.center());
+    } else if (!both.isNull()) {
+        const bool onParallel = !parallel.isNull();
+        const QPointF middle = (onParallel ? parallel : logical).center();
+        QGraphicsItem* nearest = nullptr;
+        qreal best = 0;
+        for (int n : nodes)
+            if (auto* item = scene_->itemForNode(n); item && (l->view.nodes[n].side == ViewSide::Parallel) == onParallel) {
+                const QPointF d = item->sceneBoundingRect().center() - middle;
+                const qreal dist = d.x() * d.x() + d.y() * d.y();
+                if (!nearest || dist < best) nearest = item, best = dist;
+            }
+        if (nearest) view_->centerOn(nearest);
+    }
     statusBar()->showMessage(nodes.empty() ? tr("Stage %1 has no op drawn in this view.").arg(sourceStage)
                                            : tr("Stage %1: %n node(s) marked on both sides.", nullptr, static_cast<int>(nodes.size())).arg(sourceStage),
                              5000);

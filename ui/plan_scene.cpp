@@ -1,6 +1,8 @@
 #include "plan_scene.hpp"
 
 #include <QGraphicsPathItem>
+#include <QFontMetricsF>
+#include <QGraphicsSceneContextMenuEvent>
 #include <QGraphicsSceneMouseEvent>
 #include <QPainter>
 #include <QStyleOptionGraphicsItem>
@@ -49,13 +51,29 @@ public:
         : scene_(scene), node_(node), rect_(rect), kind_(n.kind), side_(n.side), collective_(collective),
           stage_(n.stage), title_(QString::fromStdString(n.name)), subtitle_(QString::fromStdString(n.label)) {
         setFlag(ItemIsSelectable);
-        setToolTip(title_ + QStringLiteral("\n") + subtitle_);
+        updateToolTip();
         setZValue(2);
     }
+    /// The full name (the box may show it shortened), what it is, its stage and, once verified,
+    /// that stage's status.
+    void updateToolTip() {
+        QString tip = title_;
+        if (!subtitle_.isEmpty()) tip += QStringLiteral("\n") + subtitle_;
+        if (stage_ != kNone) {
+            tip += QObject::tr("\nstage %1").arg(stage_);
+            if (status_ >= 0) tip += QStringLiteral(": ") + statusText(static_cast<StageStatus>(status_));
+        }
+        if (kind_ == ViewNodeKind::CollapsedRank || kind_ == ViewNodeKind::CollapsedLayer) tip += QObject::tr("\ndouble-click to expand");
+        setToolTip(tip);
+    }
+    /// The title as painted: shortened in the middle, with an ellipsis, to the box's width.
+    QString shownTitle(const QFontMetricsF& fm) const { return fm.elidedText(title_, Qt::ElideMiddle, rect_.width() - 8); }
+    QString shownSubtitle(const QFontMetricsF& fm) const { return fm.elidedText(subtitle_, Qt::ElideMiddle, rect_.width() - 8); }
     QRectF boundingRect() const override { return rect_.adjusted(-6, -6, 6, 6); }
     void setStatus(int s) {
         if (s != status_) {
             status_ = s;
+            updateToolTip();
             update();
         }
     }
@@ -126,15 +144,21 @@ public:
         }
         if (lod < 0.55) return;
         p->setPen(pal.text);
-        QFont f = p->font();
-        f.setPointSizeF(8);
-        p->setFont(f);
-        auto inner = rect_.adjusted(4, 2, -4, -2);
-        p->drawText(QRectF(inner.left(), inner.top(), inner.width(), inner.height() / 2), Qt::AlignCenter, title_);
-        f.setPointSizeF(7);
-        f.setItalic(true);
-        p->setFont(f);
-        p->drawText(QRectF(inner.left(), inner.center().y(), inner.width(), inner.height() / 2), Qt::AlignCenter, subtitle_);
+        // Two lines, each as tall as its font, centred in the box; a name too long for the box is
+        // shortened in the middle with an ellipsis (the tooltip has it whole), never cut.
+        QFont title = scene_->titleFont();
+        QFont sub = title;
+        sub.setPointSizeF(7);
+        sub.setItalic(true);
+        const QFontMetricsF ft(title), fs(sub);
+        const qreal lines = ft.height() + (subtitle_.isEmpty() ? 0 : fs.height());
+        const qreal top = rect_.center().y() - lines / 2;
+        const QRectF titleLine(rect_.left() + 4, top, rect_.width() - 8, ft.height());
+        p->setFont(title);
+        p->drawText(titleLine, Qt::AlignCenter | Qt::TextDontClip, shownTitle(ft));
+        if (subtitle_.isEmpty()) return;
+        p->setFont(sub);
+        p->drawText(QRectF(titleLine.left(), titleLine.bottom(), titleLine.width(), fs.height()), Qt::AlignCenter | Qt::TextDontClip, shownSubtitle(fs));
     }
 
 protected:
@@ -252,6 +276,7 @@ PlanScene::~PlanScene() {
     nodes_.clear();
     lineageItems_.clear();
     groupItems_.clear();
+    dataflowItems_.clear();
 }
 
 void PlanScene::mouseDoubleClickEvent(QGraphicsSceneMouseEvent* e) {
@@ -269,6 +294,16 @@ void PlanScene::mouseDoubleClickEvent(QGraphicsSceneMouseEvent* e) {
         }
     }
     QGraphicsScene::mouseDoubleClickEvent(e);
+}
+
+void PlanScene::contextMenuEvent(QGraphicsSceneContextMenuEvent* e) {
+    for (auto* item : items(e->scenePos()))
+        if (auto* node = dynamic_cast<NodeItem*>(item)) {
+            emit nodeContextMenu(node->node(), e->screenPos());
+            e->accept();
+            return;
+        }
+    QGraphicsScene::contextMenuEvent(e);
 }
 
 int PlanScene::groupItemCount(ViewGroupKind kind) const {
@@ -290,6 +325,7 @@ void PlanScene::setPlan(std::shared_ptr<const LoadedPlan> loaded) {
     nodes_.clear();
     groupItems_.clear();
     lineageItems_.clear();
+    dataflowItems_.clear();
     highlighted_.clear();
     nodeStages_.clear();
     marks_.clear();
@@ -324,6 +360,7 @@ void PlanScene::setPlan(std::shared_ptr<const LoadedPlan> loaded) {
         nodes_.push_back(item);
     }
     QPen edgePen(pal.edge, 1);
+    dataflowItems_.assign(pl.dataflowPaths.size(), nullptr);
     for (std::size_t e = 0; e < pl.dataflowPaths.size(); ++e) {
         const auto& pts = pl.dataflowPaths[e];
         if (pts.size() < 4) continue;
@@ -342,6 +379,7 @@ void PlanScene::setPlan(std::shared_ptr<const LoadedPlan> loaded) {
         auto* item = new EdgeItem(path, edgePen, this);
         addItem(item);
         item->setZValue(1);
+        dataflowItems_[e] = item;
     }
     // Large plans create lineage items on demand, for the selection only.
     lineageItems_.assign(v.lineage.size(), nullptr);
@@ -450,7 +488,34 @@ int PlanScene::setFilter(const ViewFilter& filter) {
         nodes_[i]->setOpacity(pass ? 1.0 : 0.15);
         passing += pass;
     }
+    // An edge is as dim as the dimmer of its ends: what the filter excludes recedes, edges too.
+    if (loaded_) {
+        const auto& v = loaded_->view;
+        const std::size_t logical = v.logicalEdges.size();
+        for (std::size_t e = 0; e < dataflowItems_.size(); ++e) {
+            if (!dataflowItems_[e]) continue;
+            const auto& edge = e < logical ? v.logicalEdges[e] : v.parallelEdges[e - logical];
+            auto* from = itemForNode(edge.from);
+            auto* to = itemForNode(edge.to);
+            dataflowItems_[e]->setOpacity(from && to ? std::min(from->opacity(), to->opacity()) : 1.0);
+        }
+    }
     return passing;
+}
+
+QFont PlanScene::titleFont() const {
+    QFont f = font();
+    f.setPointSizeF(8);
+    return f;
+}
+
+QString PlanScene::shownTitle(int node) const {
+    auto* item = static_cast<NodeItem*>(itemForNode(node));
+    return item ? item->shownTitle(QFontMetricsF(titleFont())) : QString();
+}
+
+double PlanScene::dataflowOpacity(std::size_t edge) const {
+    return edge < dataflowItems_.size() && dataflowItems_[edge] ? dataflowItems_[edge]->opacity() : -1.0;
 }
 
 namespace {

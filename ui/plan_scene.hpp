@@ -84,6 +84,11 @@ public:
     /// Dims what the filter excludes; returns how many nodes pass.
     int setFilter(const ViewFilter& filter);
     bool nodePassesFilter(int node) const;
+    /// A node's name as painted in its box (shortened in the middle to fit), and the font it is painted in.
+    QString shownTitle(int node) const;
+    QFont titleFont() const;
+    /// The opacity a dataflow edge is drawn with (logical edges, then parallel; -1: not drawn).
+    double dataflowOpacity(std::size_t edge) const;
     /// Colours every node by the status of the stages it belongs to (the worst of them), indexed
     /// by drawn stage; an empty vector clears the colouring (plan not verified).
     void setStageStatuses(const std::vector<StageStatus>& perDrawnStage);
@@ -102,9 +107,11 @@ signals:
     void nodeSelected(int node);
     void nodeActivated(int node);  ///< double-click (e.g. expand a collapsed rank or layer)
     void groupActivated(int group);  ///< double-click on a band (e.g. collapse an expanded layer)
+    void nodeContextMenu(int node, QPoint screenPos);  ///< right-click on a node
 
 protected:
     void mouseDoubleClickEvent(QGraphicsSceneMouseEvent* e) override;
+    void contextMenuEvent(QGraphicsSceneContextMenuEvent* e) override;
 
 private:
     void onSelectionChanged();
@@ -119,6 +126,7 @@ private:
     std::shared_ptr<const LoadedPlan> loaded_;
     std::vector<NodeItem*> nodes_;
     std::vector<QGraphicsItem*> groupItems_;
+    std::vector<QGraphicsItem*> dataflowItems_;  ///< per PlacedView::dataflowPaths, null where none is drawn
     std::vector<QGraphicsItem*> lineageItems_;   ///< parallel to loaded_->view.lineage; null until needed
     std::vector<int> highlighted_;
     std::vector<std::vector<std::uint32_t>> nodeStages_;

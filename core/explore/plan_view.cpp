@@ -122,6 +122,11 @@ PlacedView placePlanView(const PlanView& view, double gap, const LayoutControl* 
             out.overBudget = res.overBudget;
             return out;
         }
+        if (!res.fallback.empty()) {
+            if (!out.notice.empty()) out.notice += "; ";
+            out.notice += std::string(side == ViewSide::Logical ? "the logical side" : "the parallel side") +
+                          " is drawn with the quick layered layout (straight edges, no crossing reduction): " + res.fallback;
+        }
         for (std::size_t i = 0; i < map.size(); ++i) {
             const auto& n = view.nodes[map[i]];
             const auto& c = res.nodeCenters[i];
@@ -234,8 +239,12 @@ std::set<std::int32_t> defaultCollapsedRanks(const Plan& plan, std::size_t maxEx
 
 namespace {
 
+// A box wide enough for its name at the Studio's 8 pt (7 pt per character covers wide letters
+// and underscores), up to kMaxLabelChars: a longer name is shown shortened in the middle.
+constexpr std::size_t kMaxLabelChars = 34;
+
 double labelWidth(const std::string& a, const std::string& b) {
-    return 16.0 + 6.5 * static_cast<double>(std::max(a.size(), b.size()));
+    return 16.0 + 7.0 * static_cast<double>(std::min(kMaxLabelChars, std::max(a.size(), b.size())));
 }
 
 }  // namespace
@@ -487,7 +496,11 @@ PlanView buildPlanView(const Plan& plan, const StagePlan& stages, const ViewOpti
             continue;
         }
         const OpId home = homeOp(P, t);
-        const int homeNode = home != kNone ? v.parallelOpNode[home] : -1;
+        // A tensor sits with its home op only on its own rank: a collective's output on another
+        // rank than the collective's first (logits@r1 of an all-reduce drawn on rank 0) is drawn
+        // in its rank's box.
+        const bool homeOnItsRank = home != kNone && (r < 0 || P.homeRank(home) == r);
+        const int homeNode = homeOnItsRank ? v.parallelOpNode[home] : -1;
         if (homeNode >= 0 && v.nodes[homeNode].kind == ViewNodeKind::CollapsedLayer) {
             v.parallelTensorNode[t] = homeNode;
             continue;

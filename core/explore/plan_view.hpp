@@ -124,6 +124,8 @@ struct PlacedView {
     Rect logicalBounds, parallelBounds;
     std::string error;                                 ///< non-empty if the view was not laid out: why
     bool cancelled = false, overBudget = false;        ///< the layout was stopped (error says so)
+    /// Laid out, but not (all) by dot: which side the layered layout drew, and why. Empty: dot drew it all.
+    std::string notice;
 };
 
 /// Lays out both sides, in this process, or under `control` (layout_process.hpp: in a layout

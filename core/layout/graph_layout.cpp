@@ -26,6 +26,33 @@ void set(void* obj, const char* name, const std::string& value) {
     agsafeset(obj, const_cast<char*>(name), const_cast<char*>(value.c_str()), const_cast<char*>(""));
 }
 
+// Graphviz's own messages ("Error: trouble in init_rank", ...) go to stderr unless a handler
+// takes them; the layout takes them, under the lock, into the result's error.
+std::string* graphvizMessages = nullptr;
+
+int takeMessage(char* message) {
+    if (graphvizMessages && message) *graphvizMessages += message;
+    return 0;
+}
+
+struct MessagesTaken {
+    explicit MessagesTaken(std::string* into) : previous(agseterrf(takeMessage)) { graphvizMessages = into; }
+    ~MessagesTaken() {
+        agseterrf(previous);
+        graphvizMessages = nullptr;
+    }
+    MessagesTaken(const MessagesTaken&) = delete;
+    MessagesTaken& operator=(const MessagesTaken&) = delete;
+    agusererrf previous;
+};
+
+std::string oneLine(std::string text) {
+    for (auto& c : text)
+        if (c == '\n' || c == '\r' || c == '\t') c = ' ';
+    while (!text.empty() && text.back() == ' ') text.pop_back();
+    return text.size() > 400 ? text.substr(0, 400) + "..." : text;
+}
+
 std::string num(double v) {
     std::ostringstream os;
     os.precision(6);
@@ -44,6 +71,8 @@ LayoutResult layoutGraph(const LayoutRequest& req) {
         return res;
     }
     std::lock_guard lock(graphvizLock());
+    std::string messages;
+    const MessagesTaken taken(&messages);
     Agraph_t* g = agopen(const_cast<char*>("plan"), Agdirected, nullptr);
     if (!g) {
         res.error = "graphviz could not create a graph";
@@ -95,7 +124,7 @@ LayoutResult layoutGraph(const LayoutRequest& req) {
         if (!e.constraint) set(edges[i], "constraint", "false");
     }
     if (gvLayout(context(), g, "dot") != 0) {
-        res.error = "graphviz layout failed";
+        res.error = "graphviz layout failed" + (messages.empty() ? std::string() : ": " + oneLine(messages));
         agclose(g);
         return res;
     }

@@ -50,6 +50,9 @@ struct LayoutResult {
     std::string error;                           ///< non-empty if nothing was laid out: why
     bool cancelled = false;                      ///< a LayoutSession was stopped (error says so)
     bool overBudget = false;                     ///< a LayoutSession ran past its deadline (error says so)
+    /// Not dot's layout but the quick layered one (layered_layout.hpp), and why: dot was not
+    /// given the view (its size), ran past its time, or failed. Empty: dot laid it out.
+    std::string fallback;
 };
 
 /// The most nodes (and edges) one layout hands to dot. Dot cannot be interrupted, and its time

@@ -3,12 +3,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <new>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "layout/layered_layout.hpp"
 #include "process/helper_process.hpp"
 
 namespace tv {
@@ -109,7 +111,7 @@ std::string layoutResultBytes(const LayoutResult& r) {
     json boxes = json::array();
     for (const auto& b : r.clusterBoxes) boxes.push_back(rect(b));
     const json j = {{"centers", points(r.nodeCenters)}, {"paths", paths}, {"tips", points(r.edgeTips)},
-                    {"boxes", boxes},                   {"bounds", rect(r.bounds)}, {"error", r.error}};
+                    {"boxes", boxes},                   {"bounds", rect(r.bounds)}, {"error", r.error}, {"fallback", r.fallback}};
     const auto bytes = json::to_cbor(j);
     return std::string(bytes.begin(), bytes.end());
 }
@@ -123,6 +125,7 @@ LayoutResult layoutResultFromBytes(const std::string& bytes) {
     for (const auto& b : j.at("boxes")) r.clusterBoxes.push_back(rectFrom(b));
     r.bounds = rectFrom(j.at("bounds"));
     r.error = j.at("error").get<std::string>();
+    if (auto it = j.find("fallback"); it != j.end()) r.fallback = it->get<std::string>();
     return r;
 }
 
@@ -144,15 +147,34 @@ LayoutResult LayoutSession::layout(const LayoutRequest& request) {
         r.overBudget = true;
         return r;
     };
+    // What dot could not draw, the layered layout draws (unless the control wants dot or nothing).
+    auto layered = [&](const LayoutResult& why) {
+        if (!control_.fallback) return why;
+        auto r = layoutLayered(request);
+        if (r.error.empty()) r.fallback = why.error;
+        return r;
+    };
     const std::atomic<bool> never{false};
     const std::atomic<bool>& stop = control_.stop ? *control_.stop : never;
     if (stop.load()) return cancelled();
-    if (LayoutControl::Clock::now() >= control_.deadline) return overBudget();
+    if (LayoutControl::Clock::now() >= control_.deadline) return layered(overBudget());
     // Refused before any process starts (the same bound, the same message).
-    if (request.nodes.size() > kMaxLayoutNodes || request.edges.size() > kMaxLayoutEdges) return layoutGraph(request);
+    if (request.nodes.size() > kMaxLayoutNodes || request.edges.size() > kMaxLayoutEdges) return layered(layoutGraph(request));
     if (control_.onRequest) control_.onRequest(requests_, request.nodes.size(), request.edges.size());
     ++requests_;
-    if (control_.program.empty()) return layoutGraph(request);
+    if (control_.program.empty()) {
+        auto r = layoutGraph(request);
+        return r.error.empty() ? r : layered(r);
+    }
+    // Dot's own slice of the budget: past it, the layered layout draws this request.
+    auto dotDeadline = control_.deadline;
+    if (control_.dotSeconds > 0)
+        dotDeadline = std::min(dotDeadline, LayoutControl::Clock::now() + std::chrono::duration_cast<LayoutControl::Clock::duration>(
+                                                                              std::chrono::duration<double>(control_.dotSeconds)));
+    auto dotTooSlow = [&] {
+        if (dotDeadline >= control_.deadline) return overBudget();
+        return failed("dot took more than its " + seconds(control_.dotSeconds) + " s on " + size);
+    };
 
     if (!process_) process_ = std::make_unique<HelperProcess>(control_.program, "--layout-process", "layout process");
     auto gone = [&] {
@@ -167,21 +189,22 @@ LayoutResult LayoutSession::layout(const LayoutRequest& request) {
     // process (the same view laid out three times in one process came out three ways), so only
     // a fresh one lays the same view out the same way every time.
     std::string why;
-    if (!process_->start(why)) return failed(why);
-    if (!process_->send(json{{"parent", static_cast<long long>(::getpid())}}.dump())) return gone();
-    if (!process_->send(layoutRequestBytes(request))) return gone();
+    if (!process_->start(why)) return layered(failed(why));
+    if (!process_->send(json{{"parent", static_cast<long long>(::getpid())}}.dump())) return layered(gone());
+    if (!process_->send(layoutRequestBytes(request))) return layered(gone());
     std::string frame;
-    switch (process_->receive(frame, control_.deadline, stop, why)) {
+    switch (process_->receive(frame, dotDeadline, stop, why)) {
         case HelperProcess::Wait::Frame:
             break;
         case HelperProcess::Wait::Stopped:
             return cancelled();
         case HelperProcess::Wait::Deadline:
-            return overBudget();
+            process_->kill();
+            return layered(dotTooSlow());
         case HelperProcess::Wait::Failed:
-            return failed(why);
+            return layered(failed(why));
         case HelperProcess::Wait::Ended:
-            return gone();
+            return layered(gone());
     }
     process_->kill();  // it has answered: it ends (or has ended) anyway
     try {
@@ -190,9 +213,9 @@ LayoutResult LayoutSession::layout(const LayoutRequest& request) {
         if (result.error.empty() && (result.nodeCenters.size() != request.nodes.size() || result.edgePaths.size() != request.edges.size() ||
                                      result.edgeTips.size() != request.edges.size() || result.clusterBoxes.size() != request.clusters.size()))
             throw std::runtime_error("its sizes do not match the request");
-        return result;
+        return result.error.empty() ? result : layered(result);
     } catch (const std::exception& e) {
-        return failed(std::string("the layout process sent a layout that cannot be read: ") + e.what());
+        return layered(failed(std::string("the layout process sent a layout that cannot be read: ") + e.what()));
     }
 }
 

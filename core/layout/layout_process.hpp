@@ -35,6 +35,12 @@ struct LayoutControl {
     Clock::time_point deadline = Clock::time_point::max();
     /// The budget in seconds, for the message (0: none given).
     double budgetSeconds = 0;
+    /// What dot cannot draw (past its node and edge bounds, its time, or failing) the quick
+    /// layered layout draws, and the result says why (LayoutResult::fallback). False: dot or an
+    /// error. A cancel is never drawn: it ends the layout.
+    bool fallback = true;
+    /// Dot's time for one request, in seconds (0: up to the deadline); past it, the layered layout.
+    double dotSeconds = 0;
     /// Called before each request is laid out: its number in the session (from 0), and its size.
     std::function<void(std::size_t index, std::size_t nodes, std::size_t edges)> onRequest;
 };
@@ -47,8 +53,10 @@ public:
     LayoutSession(const LayoutSession&) = delete;
     LayoutSession& operator=(const LayoutSession&) = delete;
 
-    /// Lays out one request. On a cancel or at the deadline the result has `error` set and
-    /// `cancelled` or `overBudget`; so have all later requests of the session.
+    /// Lays out one request. On a cancel the result has `error` and `cancelled` set, and so have
+    /// all later requests of the session. Past the deadline, dot is stopped and the request (and
+    /// every later one) is drawn by the layered layout, or, without fallback, `error` and
+    /// `overBudget` are set.
     LayoutResult layout(const LayoutRequest& request);
 
 private:
