@@ -2,6 +2,7 @@
 
 #include <QApplication>
 #include <QClipboard>
+#include <QColor>
 #include <QComboBox>
 #include <QHBoxLayout>
 #include <QHeaderView>
@@ -17,9 +18,10 @@
 
 namespace tv::ui {
 
-void TensorValuesModel::setValues(const TensorValues* values) {
+void TensorValuesModel::setValues(const TensorValues* values, const std::vector<std::string>* expected) {
     beginResetModel();
     values_ = values ? *values : TensorValues{};
+    expected_ = expected && values && expected->size() == values->values.size() ? *expected : std::vector<std::string>{};
     cols_ = values_.shape.empty() ? 1 : static_cast<int>(std::max<std::int64_t>(1, values_.shape.back()));
     std::int64_t rows = 1;
     for (std::size_t d = 0; d + 1 < values_.shape.size(); ++d) rows *= std::max<std::int64_t>(1, values_.shape[d]);
@@ -31,11 +33,40 @@ void TensorValuesModel::setValues(const TensorValues* values) {
 int TensorValuesModel::rowCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : rows_; }
 int TensorValuesModel::columnCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : cols_; }
 
+bool TensorValuesModel::wrong(std::size_t k) const { return k < expected_.size() && expected_[k] != values_.values[k]; }
+
+int TensorValuesModel::wrongCells() const {
+    int n = 0;
+    for (std::size_t k = 0; k < expected_.size(); ++k) n += wrong(k);
+    return n;
+}
+
 QVariant TensorValuesModel::data(const QModelIndex& index, int role) const {
-    if (!index.isValid() || (role != Qt::DisplayRole && role != Qt::ToolTipRole)) return {};
+    if (!index.isValid()) return {};
     const auto k = static_cast<std::size_t>(index.row()) * static_cast<std::size_t>(cols_) + static_cast<std::size_t>(index.column());
-    // Values beyond the first 256 of a tensor are not kept.
-    return k < values_.values.size() ? QString::fromStdString(values_.values[k]) : QStringLiteral("…");
+    const bool kept = k < values_.values.size();  // values beyond the first 256 of a tensor are not kept
+    switch (role) {
+        case Qt::DisplayRole:
+            if (!kept) return QStringLiteral("…");
+            // A lineage check: the wrong cells show what they hold and what they should.
+            return wrong(k) ? QStringLiteral("%1 ≠ %2").arg(QString::fromStdString(values_.values[k]), QString::fromStdString(expected_[k]))
+                            : QString::fromStdString(values_.values[k]);
+        case Qt::ToolTipRole:
+            if (!kept) return QStringLiteral("…");
+            if (k < expected_.size())
+                return tr("expected %1 (logical) — actual %2 (parallel%3)%4")
+                    .arg(QString::fromStdString(expected_[k]), QString::fromStdString(values_.values[k]),
+                         values_.rank >= 0 ? tr(", rank %1").arg(values_.rank) : QString(), wrong(k) ? tr(": wrong") : QString());
+            return QString::fromStdString(values_.values[k]);
+        case Qt::BackgroundRole:
+            if (wrong(k)) return QColor(253, 200, 200);
+            return {};
+        case Qt::ForegroundRole:
+            if (wrong(k)) return QColor(120, 0, 0);
+            return {};
+        default:
+            return {};
+    }
 }
 
 QVariant TensorValuesModel::headerData(int section, Qt::Orientation orientation, int role) const {
@@ -210,6 +241,7 @@ void FailurePanel::showStep() {
     next_->setEnabled(canNext());
     divergence_->setEnabled(trace_ && trace_->divergence >= 0);
     choices_.clear();
+    choiceExpected_.clear();
     const QSignalBlocker block(tensor_);
     tensor_->clear();
     if (!has) {
@@ -250,8 +282,26 @@ void FailurePanel::showStep() {
     checks_->setText(checks);
     auto add = [&](const TensorValues& t, const QString& role) {
         choices_.push_back(&t);
+        choiceExpected_.push_back(nullptr);
         tensor_->addItem(tr("%1 %2 %3").arg(role, QString::fromStdString(t.name), QString::fromStdString(shapeToString(t.shape))));
     };
+    // A broken lineage copy first: expected (logical) beside actual (parallel), wrong cells marked.
+    checkTables_.clear();
+    checkTables_.reserve(s.checks.size());
+    for (const auto& c : s.checks) {
+        if (c.holds || c.expectedValues.empty()) continue;
+        TensorValues t;
+        t.name = c.relation;
+        t.shape = c.shape;
+        t.fullShape = c.shape;
+        t.rank = s.rank;
+        t.microbatch = s.microbatch;
+        t.values = c.actualValues;
+        checkTables_.push_back(std::move(t));
+        choices_.push_back(&checkTables_.back());
+        choiceExpected_.push_back(&c.expectedValues);
+        tensor_->addItem(tr("check %1: expected beside actual").arg(QString::fromStdString(c.relation)));
+    }
     for (const auto& t : s.outputs) add(t, tr("parallel out"));
     if (l)
         for (const auto& t : l->outputs) add(t, tr("logical out"));
@@ -259,7 +309,8 @@ void FailurePanel::showStep() {
     if (l)
         for (const auto& t : l->inputs) add(t, tr("logical in"));
     tensor_->setCurrentIndex(choices_.empty() ? -1 : 0);
-    valuesModel_->setValues(choices_.empty() ? nullptr : choices_.front());
+    valuesModel_->setValues(choices_.empty() ? nullptr : choices_.front(), choices_.empty() ? nullptr : choiceExpected_.front());
+    table_->resizeColumnsToContents();
 }
 
 QStringList FailurePanel::tensorChoices() const {
@@ -274,7 +325,8 @@ void FailurePanel::chooseTensor(int index) {
         const QSignalBlocker block(tensor_);
         tensor_->setCurrentIndex(index);
     }
-    valuesModel_->setValues(choices_[static_cast<std::size_t>(index)]);
+    valuesModel_->setValues(choices_[static_cast<std::size_t>(index)], choiceExpected_[static_cast<std::size_t>(index)]);
+    table_->resizeColumnsToContents();
 }
 
 const TensorValues* FailurePanel::chosen() const {

@@ -25,14 +25,20 @@ class TensorValuesModel : public QAbstractTableModel {
     Q_OBJECT
 public:
     using QAbstractTableModel::QAbstractTableModel;
-    void setValues(const TensorValues* values);
+    /// Shows a tensor's values; with `expected` (a lineage check's logical values, one per value),
+    /// the cells that differ show both and are marked.
+    void setValues(const TensorValues* values, const std::vector<std::string>* expected = nullptr);
+    /// How many cells are marked wrong.
+    int wrongCells() const;
     int rowCount(const QModelIndex& parent = {}) const override;
     int columnCount(const QModelIndex& parent = {}) const override;
     QVariant data(const QModelIndex& index, int role) const override;
     QVariant headerData(int section, Qt::Orientation orientation, int role) const override;
 
 private:
+    bool wrong(std::size_t k) const;
     TensorValues values_;
+    std::vector<std::string> expected_;
     int cols_ = 0, rows_ = 0;
 };
 
@@ -92,6 +98,8 @@ private:
     std::shared_ptr<const StageTrace> trace_;
     int step_ = -1;
     std::vector<const TensorValues*> choices_;
+    std::vector<const std::vector<std::string>*> choiceExpected_;  ///< per choice: a check's expected values, or null
+    std::vector<TensorValues> checkTables_;  ///< the step's broken checks as tables (the actual values)
 };
 
 }  // namespace tv::ui

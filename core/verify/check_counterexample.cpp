@@ -299,25 +299,32 @@ std::shared_ptr<const StageTrace> StageChecker::buildTrace(const z3::model& m, O
     const auto& rec = plan_.lineage[stage_.output];
     const auto& ts = lVal_.at(rec.logical);
     for (const auto& s : rec.slices) {
-        auto offs = boxOffsets(ts.shape, reducedBox(s.box, rec.logical));
+        const Box reduced = reducedBox(s.box, rec.logical);
+        auto offs = boxOffsets(ts.shape, reduced);
         for (const auto& c : s.copies) {
             LineageCheck check;
             check.relation = plan_.tensorName(L_, rec.logical) + s.box.toString() + " == " + copyText(c);
+            auto copyAt = [&](std::size_t e) {
+                std::vector<z3::expr> terms;
+                for (const auto& t : c) terms.push_back(alg_.mul(alg_.num(t.coeff), pVal_.at(t.tensor).v[e]));
+                return alg_.sum(terms);
+            };
             for (std::size_t e = 0; e < offs.size() && check.holds; ++e) {
-                std::string actual;
-                bool ok = true;
-                {
-                    std::vector<z3::expr> terms;
-                    for (const auto& t : c) terms.push_back(alg_.mul(alg_.num(t.coeff), pVal_.at(t.tensor).v[e]));
-                    auto sum = alg_.sum(terms);
-                    ok = !reallyDiffers(m, ts.v[offs[e]], sum);
-                    if (!ok) actual = value(m, sum);
-                }
-                if (ok) continue;
+                auto sum = copyAt(e);
+                if (!reallyDiffers(m, ts.v[offs[e]], sum)) continue;
                 check.holds = false;
                 check.element = indexString(unravel(offs[e], ts.shape));
                 check.expected = value(m, ts.v[offs[e]]);
-                check.actual = actual;
+                check.actual = value(m, sum);
+            }
+            // A broken copy is shown whole (up to kShownElements): expected beside actual, every
+            // element, so the wrong cells can be seen among the right ones.
+            if (!check.holds && offs.size() <= kShownElements) {
+                check.shape = reduced.extent();
+                for (std::size_t e = 0; e < offs.size(); ++e) {
+                    check.expectedValues.push_back(value(m, ts.v[offs[e]]));
+                    check.actualValues.push_back(value(m, copyAt(e)));
+                }
             }
             // At the op completing the copy: its terms' last producer inside the stage.
             int at = -1;

@@ -93,6 +93,10 @@ TraceStep TraceStep::fromJson(const nlohmann::json& j) {
             c.element = stringOr(x, "element");
             c.expected = stringOr(x, "expected");
             c.actual = stringOr(x, "actual");
+            if (auto sh = x.find("shape"); sh != x.end()) c.shape = sh->get<Shape>();
+            if (auto ev = x.find("expected_values"); ev != x.end()) c.expectedValues = ev->get<std::vector<std::string>>();
+            if (auto av = x.find("actual_values"); av != x.end()) c.actualValues = av->get<std::vector<std::string>>();
+            if (c.expectedValues.size() != c.actualValues.size()) c.expectedValues.clear(), c.actualValues.clear();
             s.checks.push_back(std::move(c));
         }
     s.logical = numberOr<int>(j, "logical_step", -1);
@@ -277,6 +281,11 @@ nlohmann::json TraceStep::toJson() const {
                 x["element"] = k.element;
                 x["expected"] = k.expected;
                 x["actual"] = k.actual;
+                if (!k.expectedValues.empty()) {
+                    x["shape"] = k.shape;
+                    x["expected_values"] = k.expectedValues;
+                    x["actual_values"] = k.actualValues;
+                }
             }
             c.push_back(std::move(x));
         }

@@ -56,6 +56,10 @@ struct LineageCheck {
     std::string relation;                 ///< e.g. "logits[0:8, 0:4] == logits@r0"
     bool holds = true;
     std::string element, expected, actual;  ///< the first wrong element (reduced coordinates), when it fails
+    /// When it fails (and has at most kShownElements elements): the slice's reduced shape and
+    /// every element's expected (logical) and actual (the copy's) value, row-major.
+    Shape shape;
+    std::vector<std::string> expectedValues, actualValues;
 };
 
 /// One op of a failing stage with the counterexample's values of what it reads and writes.
