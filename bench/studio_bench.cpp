@@ -15,13 +15,21 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "graph_view.hpp"
+#include "layout/layout_process.hpp"
 #include "main_window.hpp"
 #include "verification_controller.hpp"
+#include "verify/solver_process.hpp"
 
 int main(int argc, char** argv) {
+    // The Studio runs its layouts and solver checks in processes of this very program: serve them
+    // as trainverify-studio does (without this, every layout waited for its time to run out).
+    if (argc == 3 && std::strcmp(argv[1], "--solver-process") == 0) return tv::solverProcessMain(std::atoi(argv[2]));
+    if (argc == 3 && std::strcmp(argv[1], "--layout-process") == 0) return tv::layoutProcessMain(std::atoi(argv[2]));
     QApplication app(argc, argv);
     QApplication::setOrganizationName(QStringLiteral("TrainVerifyBench"));
     const auto args = QApplication::arguments();
@@ -30,7 +38,7 @@ int main(int argc, char** argv) {
         return 3;
     }
     std::vector<std::pair<QString, QString>> steps;
-    QString grab;  // --grab FILE.png: the window after the steps, at the start view
+    QString grab;  // --grab FILE.png: the window after the steps (what they opened in sight), else at the start view
     int verifyJobs = -1;  // --verify JOBS (0: one per hardware thread)
     for (int i = 2; i + 1 < args.size(); i += 2) {
         if (args[i] == QStringLiteral("--verify")) {
@@ -114,7 +122,8 @@ int main(int argc, char** argv) {
                     frames[frames.size() * 95 / 100], frames.back());
     };
     if (!grab.isEmpty()) {
-        w.view()->showStart();
+        // After expanding, the view the window keeps (what was opened, in sight); else the start view.
+        if (steps.empty()) w.view()->showStart();
         if (!w.grab().save(grab)) std::fprintf(stderr, "studio-bench: cannot write %s\n", qPrintable(grab));
     }
     w.view()->fitAll();

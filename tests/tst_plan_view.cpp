@@ -533,6 +533,81 @@ private slots:
         if (file == QStringLiteral("mlp-tp2.json")) QVERIFY(checked > 0);
     }
 
+    /// A collapsed rank's edges are drawn as bundles, one per (collapsed rank, other rank,
+    /// direction): every such edge is in exactly one bundle and is not drawn alone, a bundle's
+    /// count is its members' tensors, its members share its ends, and its path runs from the
+    /// collapsed node's border to the other end's box. Rows: one rank collapsed, every rank.
+    void bundlesCarryTheirEdges_data() {
+        QTest::addColumn<QString>("file");
+        QTest::addColumn<bool>("all");
+        for (const char* f : {"mlp4-dp2-tp2-pp2.json", "mlp-pp2.json", "gpt2-pp2.json", "llama3-tp2-sp.json"}) {
+            QTest::newRow((std::string(f) + " rank 1").c_str()) << QString::fromLatin1(f) << false;
+            QTest::newRow((std::string(f) + " all").c_str()) << QString::fromLatin1(f) << true;
+        }
+    }
+    void bundlesCarryTheirEdges() {
+        QFETCH(QString, file);
+        QFETCH(bool, all);
+        auto plan = readPlanFile((QStringLiteral(TV_SOURCE_DIR "/resources/examples/") + file).toStdString()).plan;
+        QVERIFY(plan);
+        ViewOptions options;
+        if (all)
+            for (std::int32_t r = 0; r < static_cast<std::int32_t>(plan->ranks.size()); ++r) options.collapsedRanks.insert(r);
+        else
+            options.collapsedRanks.insert(1);
+        const auto view = buildPlanView(*plan, cutStages(*plan), options);
+        const auto placed = placePlanView(view);
+        QVERIFY2(placed.error.empty(), placed.error.c_str());
+        const std::size_t logical = view.logicalEdges.size();
+        std::vector<int> bundleOf(logical + view.parallelEdges.size(), -1);
+        for (std::size_t b = 0; b < placed.bundles.size(); ++b) {
+            const auto& bundle = placed.bundles[b];
+            QCOMPARE(view.nodes[bundle.collapsed].kind, ViewNodeKind::CollapsedRank);
+            QVERIFY((bundle.otherNode >= 0) != (bundle.otherGroup >= 0));
+            std::uint32_t tensors = 0;
+            for (auto k : bundle.members) {
+                QVERIFY(k >= logical && k < bundleOf.size());
+                QCOMPARE(bundleOf[k], -1);  // in one bundle only
+                bundleOf[k] = static_cast<int>(b);
+                const auto& e = view.parallelEdges[k - logical];
+                QCOMPARE(bundle.outgoing ? e.from : e.to, bundle.collapsed);
+                const int other = bundle.outgoing ? e.to : e.from;
+                if (bundle.otherNode >= 0) QCOMPARE(other, bundle.otherNode);
+                else {
+                    bool inBox = false;
+                    for (int g = view.nodes[other].group; g >= 0; g = view.groups[g].parent) inBox = inBox || g == bundle.otherGroup;
+                    QVERIFY(inBox);
+                }
+                tensors += e.tensors;
+                QVERIFY(placed.dataflowPaths[k].empty());  // drawn as the bundle
+            }
+            QCOMPARE(bundle.tensors, tensors);
+            QCOMPARE(bundle.path.size(), std::size_t(4));
+            auto on = [](const Rect& r, const Point& p) { return p.x >= r.x - 1e-6 && p.x <= r.x + r.width + 1e-6 && p.y >= r.y - 1e-6 && p.y <= r.y + r.height + 1e-6; };
+            const auto& start = bundle.outgoing ? bundle.path.front() : bundle.path.back();
+            const auto& end = bundle.outgoing ? bundle.path.back() : bundle.path.front();
+            QVERIFY(on(placed.nodeRects[bundle.collapsed], start));
+            QVERIFY(on(bundle.otherNode >= 0 ? placed.nodeRects[bundle.otherNode] : placed.groupRects[bundle.otherGroup], end));
+        }
+        // Every edge of a collapsed rank whose other end is in a rank box is in a bundle.
+        std::size_t members = 0;
+        for (std::size_t k = logical; k < bundleOf.size(); ++k) {
+            const auto& e = view.parallelEdges[k - logical];
+            const bool folded = view.nodes[e.from].kind == ViewNodeKind::CollapsedRank || view.nodes[e.to].kind == ViewNodeKind::CollapsedRank;
+            if (!folded) {
+                QCOMPARE(bundleOf[k], -1);
+                continue;
+            }
+            const int other = view.nodes[e.from].kind == ViewNodeKind::CollapsedRank ? e.to : e.from;
+            bool boxed = view.nodes[other].kind == ViewNodeKind::CollapsedRank;
+            for (int g = view.nodes[other].group; g >= 0 && !boxed; g = view.groups[g].parent) boxed = view.groups[g].kind == ViewGroupKind::Rank;
+            QCOMPARE(bundleOf[k] >= 0, boxed);
+            members += boxed;
+        }
+        QVERIFY(placed.bundles.size() <= members);
+        if (!all && file.startsWith(QStringLiteral("mlp4"))) QVERIFY(placed.bundles.size() < members);  // bundling draws fewer edges
+    }
+
     void dotExport() {
         LayoutRequest req;
         req.clusters.push_back({"rank 0", -1});

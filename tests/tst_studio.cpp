@@ -466,6 +466,31 @@ private slots:
         QTRY_VERIFY_WITH_TIMEOUT(!w.laying() && !w.noticeBar()->isVisibleTo(&w), 120000);
     }
 
+    /// Collapsing a rank draws its edges to each other rank as one bundled edge with its count;
+    /// its tooltip says which ranks, how many edges and tensors. A filter that dims the rank dims
+    /// its bundles.
+    void collapsedRanksDrawBundledEdges() {
+        MainWindow w;
+        QVERIFY(openAndWait(w, example(QStringLiteral("mlp4-dp2-tp2-pp2.json"))));
+        QVERIFY(w.scene()->bundleItems().empty() || w.scene()->loaded()->view.count(ViewSide::Parallel, ViewNodeKind::CollapsedRank) > 0);
+        QSignalSpy loaded(&w, &MainWindow::planLoaded);
+        w.toggleRank(1);
+        QVERIFY(loaded.wait(60000));
+        const auto* l = w.scene()->loaded();
+        QCOMPARE(l->view.count(ViewSide::Parallel, ViewNodeKind::CollapsedRank), std::size_t(1));
+        const auto bundles = w.scene()->bundleItems();
+        QCOMPARE(bundles.size(), l->placed.bundles.size());
+        QVERIFY(!bundles.empty());
+        for (const auto& [tip, opacity] : bundles) {
+            QVERIFY2(tip.contains(QStringLiteral("rank 1")) && tip.contains(QStringLiteral("→")) && tip.contains(QStringLiteral("tensor")), qPrintable(tip));
+            QCOMPARE(opacity, 1.0);
+        }
+        ViewFilter f;
+        f.rank = 0;
+        w.applyFilter(f);
+        for (const auto& [tip, opacity] : w.scene()->bundleItems()) QVERIFY2(opacity < 1.0, qPrintable(tip));
+    }
+
     /// The graph first: in a 1280x720 window the graph gets most of the room, with every panel
     /// in its default place; after a panel is moved, View > Reset Layout gives that back. Every
     /// panel has a checkable toggle under View > Panels.

@@ -4,8 +4,11 @@
 #include <QFontMetricsF>
 #include <QGraphicsSceneContextMenuEvent>
 #include <QGraphicsSceneMouseEvent>
+#include <QGraphicsSimpleTextItem>
 #include <QPainter>
 #include <QStyleOptionGraphicsItem>
+
+#include <cmath>
 
 #include "ops/registry.hpp"
 #include "stage_board.hpp"
@@ -277,6 +280,7 @@ PlanScene::~PlanScene() {
     lineageItems_.clear();
     groupItems_.clear();
     dataflowItems_.clear();
+    bundleItems_.clear();
 }
 
 void PlanScene::mouseDoubleClickEvent(QGraphicsSceneMouseEvent* e) {
@@ -326,6 +330,7 @@ void PlanScene::setPlan(std::shared_ptr<const LoadedPlan> loaded) {
     groupItems_.clear();
     lineageItems_.clear();
     dataflowItems_.clear();
+    bundleItems_.clear();
     highlighted_.clear();
     nodeStages_.clear();
     marks_.clear();
@@ -380,6 +385,50 @@ void PlanScene::setPlan(std::shared_ptr<const LoadedPlan> loaded) {
         addItem(item);
         item->setZValue(1);
         dataflowItems_[e] = item;
+    }
+    // A collapsed rank's edges to one other rank: one edge, as thick as the log of the tensors it
+    // carries, with the count on it and the first few tensors in its tooltip.
+    bundleItems_.clear();
+    for (const auto& b : pl.bundles) {
+        if (b.path.size() < 4) continue;
+        const auto& pts = b.path;
+        QPainterPath path(QPointF(pts[0].x, pts[0].y));
+        path.cubicTo(QPointF(pts[1].x, pts[1].y), QPointF(pts[2].x, pts[2].y), QPointF(pts[3].x, pts[3].y));
+        const QPointF tip(pts[3].x, pts[3].y);
+        QLineF dir(QPointF(pts[2].x, pts[2].y), tip);
+        if (dir.length() > 0.1) {
+            dir.setLength(7);
+            QLineF back(tip, tip - QPointF(dir.dx(), dir.dy()));
+            QLineF side = back.normalVector();
+            side.setLength(4);
+            path.addPolygon(QPolygonF({tip, back.p2() + QPointF(side.dx(), side.dy()), back.p2() - QPointF(side.dx(), side.dy()), tip}));
+        }
+        const double width = 1.0 + std::min(5.0, std::log2(std::max<double>(1, b.tensors)));
+        auto* item = new EdgeItem(path, QPen(pal.edge, width), this);
+        addItem(item);
+        item->setZValue(1.5);
+        const auto rankName = [&](int node, int group) {
+            return node >= 0 ? tr("rank %1").arg(v.nodes[node].id) : tr("rank %1").arg(v.groups[group].rank);
+        };
+        const QString from = b.outgoing ? rankName(b.collapsed, -1) : rankName(b.otherNode, b.otherGroup);
+        const QString to = b.outgoing ? rankName(b.otherNode, b.otherGroup) : rankName(b.collapsed, -1);
+        QStringList names;
+        const std::size_t logical = v.logicalEdges.size();
+        for (std::size_t k = 0; k < b.members.size() && names.size() < 5; ++k) {
+            const auto& e = v.parallelEdges[b.members[k] - logical];
+            if (e.tensor != kNone) names << QString::fromStdString(loaded_->plan->tensorName(loaded_->plan->parallel, e.tensor));
+        }
+        item->setToolTip(tr("%1 → %2: %n edge(s)", nullptr, static_cast<int>(b.members.size())).arg(from, to) +
+                         tr(" carrying %n tensor(s)", nullptr, static_cast<int>(b.tensors)) +
+                         (names.isEmpty() ? QString() : QStringLiteral(" (") + names.join(QStringLiteral(", ")) + (b.members.size() > 5 ? QStringLiteral(", …)") : QStringLiteral(")"))));
+        auto* count = new QGraphicsSimpleTextItem(QString::number(b.tensors), item);
+        QFont f = font();
+        f.setPointSizeF(7);
+        count->setFont(f);
+        count->setBrush(pal.text);
+        const QPointF mid = path.pointAtPercent(0.5);
+        count->setPos(mid + QPointF(4, -count->boundingRect().height() / 2));
+        bundleItems_.push_back({item, b.collapsed, b.otherNode});
     }
     // Large plans create lineage items on demand, for the selection only.
     lineageItems_.assign(v.lineage.size(), nullptr);
@@ -499,6 +548,11 @@ int PlanScene::setFilter(const ViewFilter& filter) {
             auto* to = itemForNode(edge.to);
             dataflowItems_[e]->setOpacity(from && to ? std::min(from->opacity(), to->opacity()) : 1.0);
         }
+        for (const auto& b : bundleItems_) {
+            double o = itemForNode(b.collapsed) ? itemForNode(b.collapsed)->opacity() : 1.0;
+            if (auto* other = itemForNode(b.otherNode)) o = std::min(o, other->opacity());
+            b.item->setOpacity(o);
+        }
     }
     return passing;
 }
@@ -507,6 +561,12 @@ QFont PlanScene::titleFont() const {
     QFont f = font();
     f.setPointSizeF(8);
     return f;
+}
+
+std::vector<std::pair<QString, double>> PlanScene::bundleItems() const {
+    std::vector<std::pair<QString, double>> out;
+    for (const auto& b : bundleItems_) out.emplace_back(b.item->toolTip(), b.item->opacity());
+    return out;
 }
 
 QString PlanScene::shownTitle(int node) const {

@@ -89,6 +89,8 @@ public:
     QFont titleFont() const;
     /// The opacity a dataflow edge is drawn with (logical edges, then parallel; -1: not drawn).
     double dataflowOpacity(std::size_t edge) const;
+    /// The bundled edges drawn (PlacedView::bundles): each one's tooltip and opacity.
+    std::vector<std::pair<QString, double>> bundleItems() const;
     /// Colours every node by the status of the stages it belongs to (the worst of them), indexed
     /// by drawn stage; an empty vector clears the colouring (plan not verified).
     void setStageStatuses(const std::vector<StageStatus>& perDrawnStage);
@@ -126,6 +128,11 @@ private:
     std::shared_ptr<const LoadedPlan> loaded_;
     std::vector<NodeItem*> nodes_;
     std::vector<QGraphicsItem*> groupItems_;
+    struct BundleItem {
+        QGraphicsItem* item;
+        int collapsed, otherNode;
+    };
+    std::vector<BundleItem> bundleItems_;  ///< per drawn PlacedView::bundles entry
     std::vector<QGraphicsItem*> dataflowItems_;  ///< per PlacedView::dataflowPaths, null where none is drawn
     std::vector<QGraphicsItem*> lineageItems_;   ///< parallel to loaded_->view.lineage; null until needed
     std::vector<int> highlighted_;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "ops/registry.hpp"
@@ -184,7 +186,67 @@ PlacedView placePlanView(const PlanView& view, double gap, const LayoutControl* 
             }
             ++k;
         }
+    bundleCollapsedRankEdges(view, out);
     return out;
+}
+
+void bundleCollapsedRankEdges(const PlanView& view, PlacedView& placed) {
+    // The edges of a collapsed rank, one per node pair, cross the picture to every node they
+    // touch in an expanded rank: a hairball. They go as one edge per (collapsed rank, the other
+    // end's rank box, direction), or per pair of collapsed ranks, with the count they stand for.
+    placed.bundles.clear();
+    auto outerRank = [&](int node) {
+        int rank = -1;
+        for (int g = view.nodes[node].group; g >= 0; g = view.groups[g].parent)
+            if (view.groups[g].kind == ViewGroupKind::Rank) rank = g;
+        return rank;
+    };
+    std::map<std::tuple<int, int, int, bool>, std::size_t> index;  // (collapsed node, other node, other group, outgoing)
+    const std::size_t logical = view.logicalEdges.size();
+    for (std::size_t k = logical; k < logical + view.parallelEdges.size(); ++k) {
+        const auto& e = view.parallelEdges[k - logical];
+        const bool fromFolded = view.nodes[e.from].kind == ViewNodeKind::CollapsedRank;
+        const bool toFolded = view.nodes[e.to].kind == ViewNodeKind::CollapsedRank;
+        if (!fromFolded && !toFolded) continue;
+        const int folded = fromFolded ? e.from : e.to;
+        const int other = fromFolded ? e.to : e.from;
+        const bool otherFolded = fromFolded ? toFolded : fromFolded;
+        const int otherGroup = otherFolded ? -1 : outerRank(other);
+        if (!otherFolded && otherGroup < 0) continue;  // an end outside every rank box: drawn as it is
+        const auto key = std::make_tuple(folded, otherFolded ? other : -1, otherGroup, fromFolded);
+        auto [it, fresh] = index.try_emplace(key, placed.bundles.size());
+        if (fresh) {
+            EdgeBundle b;
+            b.collapsed = folded;
+            b.otherNode = otherFolded ? other : -1;
+            b.otherGroup = otherGroup;
+            b.outgoing = fromFolded;
+            placed.bundles.push_back(std::move(b));
+        }
+        auto& b = placed.bundles[it->second];
+        b.members.push_back(k);
+        b.tensors += e.tensors;
+    }
+    for (auto& b : placed.bundles) {
+        const Rect& c = placed.nodeRects[b.collapsed];
+        const Point centre{c.x + c.width / 2, c.y + c.height / 2};
+        Rect target = b.otherNode >= 0 ? placed.nodeRects[b.otherNode] : placed.groupRects[b.otherGroup];
+        // The point of the other end nearest the collapsed node, and the collapsed node's border
+        // point towards it.
+        auto clampTo = [](const Rect& r, Point p) {
+            return Point{std::clamp(p.x, r.x, r.x + r.width), std::clamp(p.y, r.y, r.y + r.height)};
+        };
+        const Point far = clampTo(target, centre);
+        const Point near = clampTo(c, far);
+        const Point p0 = b.outgoing ? near : far, p1 = b.outgoing ? far : near;
+        const Point d{(p1.x - p0.x) / 3, (p1.y - p0.y) / 3};
+        b.path = {p0, {p0.x + d.x, p0.y + d.y}, {p0.x + 2 * d.x, p0.y + 2 * d.y}, p1};
+        // Its members are drawn as the bundle, not one by one.
+        for (auto k : b.members) {
+            placed.dataflowPaths[k].clear();
+            placed.dataflowTips[k] = {};
+        }
+    }
 }
 
 bool ViewFilter::empty() const {
@@ -515,11 +577,19 @@ PlanView buildPlanView(const Plan& plan, const StagePlan& stages, const ViewOpti
 
     // Dataflow: producer -> (tensor node) -> consumer, deduplicated, no self-loops.
     auto dataflow = [&](const Graph& g, const std::vector<int>& opNode, const std::vector<int>& tensorNode, std::vector<ViewEdge>& out) {
-        std::unordered_set<std::uint64_t> seen;
+        // Per node pair: its edge and the last tensor counted on it (tensors come in order, so a
+        // tensor read by several ops behind one node is counted once).
+        std::unordered_map<std::uint64_t, std::pair<std::size_t, TensorId>> seen;
         auto add = [&](int a, int b, TensorId t) {
             if (a < 0 || b < 0 || a == b) return;
             auto key = (static_cast<std::uint64_t>(a) << 32) | static_cast<std::uint32_t>(b);
-            if (seen.insert(key).second) out.push_back({a, b, t});
+            auto [it, fresh] = seen.try_emplace(key, out.size(), t);
+            if (fresh) {
+                out.push_back({a, b, t});
+            } else if (it->second.second != t) {
+                it->second.second = t;
+                ++out[it->second.first].tensors;
+            }
         };
         for (TensorId t = 0; t < g.tensors.size(); ++t) {
             int prod = g.tensors[t].producer == kNone ? -1 : opNode[g.tensors[t].producer];

@@ -41,6 +41,20 @@ struct ViewNode {
 struct ViewEdge {
     int from = 0, to = 0;           ///< node indices
     TensorId tensor = kNone;        ///< the tensor flowing (dataflow), or the parallel tensor (lineage)
+    std::uint32_t tensors = 1;      ///< dataflow: how many tensors flow between the two nodes (one edge is drawn)
+};
+
+/// The edges between a collapsed rank and one other rank (its box, or the other collapsed rank),
+/// in one direction, drawn as one edge with their count: expanding one rank of a big plan would
+/// otherwise draw hundreds of long edges across it.
+struct EdgeBundle {
+    int collapsed = -1;             ///< the collapsed-rank node at one end
+    int otherNode = -1;             ///< the other end, when it is a collapsed rank too
+    int otherGroup = -1;            ///< else the outermost Rank group holding the other ends
+    bool outgoing = true;           ///< from the collapsed node
+    std::vector<std::size_t> members;  ///< indices into PlacedView::dataflowPaths (parallel edges)
+    std::uint32_t tensors = 0;      ///< tensors carried by the members
+    std::vector<Point> path;        ///< a cubic Bezier, p0 c1 c2 p1, border to border
 };
 
 struct LineageEdge {
@@ -126,7 +140,12 @@ struct PlacedView {
     bool cancelled = false, overBudget = false;        ///< the layout was stopped (error says so)
     /// Laid out, but not (all) by dot: which side the layered layout drew, and why. Empty: dot drew it all.
     std::string notice;
+    /// Collapsed ranks' edges, bundled; their members' dataflowPaths are left empty.
+    std::vector<EdgeBundle> bundles;
 };
+
+/// Bundles the edges of collapsed ranks (PlacedView::bundles). placePlanView does it.
+void bundleCollapsedRankEdges(const PlanView& view, PlacedView& placed);
 
 /// Lays out both sides, in this process, or under `control` (layout_process.hpp: in a layout
 /// process that a cancel or the budget stops; onRequest reports side 0, the logical one, then 1).

@@ -151,6 +151,21 @@ LayoutResult layoutLayered(const LayoutRequest& in) {
             }
         }
     }
+    // A source (a weight, an input) sits just above its first reader, not at the top: else every
+    // weight read in the backward pass draws an edge down the whole picture (and every frame
+    // paints them all).
+    {
+        std::vector<bool> hasIn(n, false);
+        for (int k = 0; k < static_cast<int>(outEdge.size()); ++k)
+            if (!back[outEdge[k]]) hasIn[in.edges[outEdge[k]].to] = true;
+        for (int v = 0; v < n; ++v) {
+            if (hasIn[v]) continue;
+            int first = std::numeric_limits<int>::max();
+            for (int s = outStart[v]; s < outStart[v + 1]; ++s)
+                if (!back[outEdge[s]]) first = std::min(first, rank[in.edges[outEdge[s]].to]);
+            if (first != std::numeric_limits<int>::max()) rank[v] = std::max(rank[v], first - 1);
+        }
+    }
     int maxRank = 0;
     for (int i = 0; i < n; ++i) maxRank = std::max(maxRank, rank[i]);
 
