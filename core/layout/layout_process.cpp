@@ -159,7 +159,11 @@ LayoutResult LayoutSession::layout(const LayoutRequest& request) {
     if (stop.load()) return cancelled();
     if (LayoutControl::Clock::now() >= control_.deadline) return layered(overBudget());
     // Refused before any process starts (the same bound, the same message).
-    if (request.nodes.size() > kMaxLayoutNodes || request.edges.size() > kMaxLayoutEdges) return layered(layoutGraph(request));
+    if (request.nodes.size() > kMaxLayoutNodes || request.edges.size() > kMaxLayoutEdges) {
+        if (!control_.fallback) return layoutGraph(request);
+        return layered(failed("its " + size + " are more than the " + std::to_string(kMaxLayoutNodes) + " nodes and " +
+                              std::to_string(kMaxLayoutEdges) + " edges dot is given"));
+    }
     if (control_.onRequest) control_.onRequest(requests_, request.nodes.size(), request.edges.size());
     ++requests_;
     if (control_.program.empty()) {
