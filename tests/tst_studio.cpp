@@ -43,6 +43,16 @@ int nodeNamed(const PlanScene* scene, const std::string& name, ViewSide side) {
         if (nodes[i].name == name && nodes[i].side == side) return static_cast<int>(i);
     return -1;
 }
+/// A generated plan written into `dir` (model preset, and dp = tp = pp = microbatches = `degree`).
+QString writeGeneratedPlan(const QTemporaryDir& dir, const char* model, std::int32_t degree = 1) {
+    gen::GenerateOptions o;
+    o.model = model;
+    o.dp = o.tp = o.pp = o.microbatches = degree;
+    const QString path = dir.filePath(QString::fromLatin1(model) + QStringLiteral(".json"));
+    std::ofstream out(path.toStdString());
+    out << gen::generatePlan(o).dump();
+    return path;
+}
 }  // namespace
 
 class TestStudio : public QObject {
@@ -432,14 +442,7 @@ private slots:
     /// why. Collapsing again is drawn by dot, and the notice goes.
     void hugeLayoutIsDrawnLayeredAndSaysSo() {
         QTemporaryDir dir;
-        gen::GenerateOptions o;
-        o.model = "llama3-8b";
-        o.dp = o.tp = o.pp = o.microbatches = 2;
-        const QString path = dir.filePath(QStringLiteral("l8.json"));
-        {
-            std::ofstream out(path.toStdString());
-            out << gen::generatePlan(o).dump();
-        }
+        const QString path = writeGeneratedPlan(dir, "llama3-8b", 2);
         MainWindow w;
         QVERIFY(openAndWait(w, path));
         const auto before = w.scene()->loadedShared();
@@ -639,13 +642,7 @@ private slots:
     void expandedLayerStaysInView() {
         QFETCH(bool, parallel);
         QTemporaryDir dir;
-        gen::GenerateOptions o;
-        o.model = "gpt2";
-        const QString path = dir.filePath(QStringLiteral("gpt2.json"));
-        {
-            std::ofstream out(path.toStdString());
-            out << gen::generatePlan(o).dump();
-        }
+        const QString path = writeGeneratedPlan(dir, "gpt2");
         MainWindow w;
         w.resize(1280, 720);
         w.show();
@@ -680,13 +677,7 @@ private slots:
     /// half a second into it. A layout that ignored either would come back laid out, and fail.
     void layoutsCanBeCancelledAndAreBudgeted() {
         QTemporaryDir dir;
-        gen::GenerateOptions o;
-        o.model = "gpt2";
-        const QString path = dir.filePath(QStringLiteral("gpt2.json"));
-        {
-            std::ofstream out(path.toStdString());
-            out << gen::generatePlan(o).dump();
-        }
+        const QString path = writeGeneratedPlan(dir, "gpt2");
         MainWindow w;
         QVERIFY(openAndWait(w, path));
         QVERIFY(!w.laying());
