@@ -22,6 +22,7 @@
 #include "find_model.hpp"
 #include "generate/generator.hpp"
 #include "layout/graph_layout.hpp"
+#include "dual_view.hpp"
 #include "graph_view.hpp"
 #include "inspector.hpp"
 #include "main_window.hpp"
@@ -126,8 +127,10 @@ private slots:
         const int node = w.scene()->selectedNode();
         QVERIFY(node >= 0);
         QCOMPARE(QString::fromStdString(w.scene()->loaded()->view.nodes[node].name), QStringLiteral("dw1_allreduce"));
-        // The overview frame follows the main view.
-        QVERIFY(w.minimap()->visibleArea().contains(w.scene()->itemForNode(node)->sceneBoundingRect().center()));
+        // The overview frames follow the panes: one of them holds the op found.
+        bool framed = false;
+        for (const auto& area : w.minimap()->visibleAreas()) framed = framed || area.contains(w.scene()->itemForNode(node)->sceneBoundingRect().center());
+        QVERIFY(framed);
         w.find(QStringLiteral("no such thing"));
         QCOMPARE(w.findModel()->rowCount(), 0);
         w.find(QString());
@@ -256,8 +259,10 @@ private slots:
         QVERIFY(w.scene()->loaded()->view.nodes[folded].kind == ViewNodeKind::CollapsedLayer);
         QVERIFY(nodeNamed(w.scene(), "h.0.attn.scores", ViewSide::Logical) < 0);
         auto doubleClick = [&](QPointF scenePos) {
-            w.view()->centerOn(scenePos);
-            QTest::mouseDClick(w.view()->viewport(), Qt::LeftButton, {}, w.view()->mapFromScene(scenePos));
+            // In the pane drawing that side.
+            GraphView* pane = w.dualView()->pane(scenePos.x() < w.scene()->loaded()->placed.parallelBounds.x ? ViewSide::Logical : ViewSide::Parallel);
+            pane->centerOn(scenePos);
+            QTest::mouseDClick(pane->viewport(), Qt::LeftButton, {}, pane->mapFromScene(scenePos));
         };
         // Double-clicking the collapsed layer lays out its ops inside a band for the layer.
         doubleClick(w.scene()->itemForNode(folded)->sceneBoundingRect().center());
@@ -665,7 +670,8 @@ private slots:
                 band = QRectF(r.x, r.y, r.width, r.height);
             }
         QVERIFY(!band.isNull());
-        const QRectF visible = w.view()->mapToScene(w.view()->viewport()->rect()).boundingRect();
+        GraphView* pane = w.dualView()->pane(band.center().x() < l->placed.parallelBounds.x ? ViewSide::Logical : ViewSide::Parallel);
+        const QRectF visible = pane->mapToScene(pane->viewport()->rect()).boundingRect();
         QVERIFY2(visible.intersects(band), qPrintable(QStringLiteral("band (%1, %2) not in the view (%3, %4)")
                                                           .arg(band.center().x()).arg(band.center().y()).arg(visible.center().x()).arg(visible.center().y())));
     }

@@ -31,6 +31,7 @@
 #include "inspector.hpp"
 #include "gallery.hpp"
 #include "generate_dialog.hpp"
+#include "dual_view.hpp"
 #include "graph_view.hpp"
 #include "lesson_panel.hpp"
 #include "main_window.hpp"
@@ -684,32 +685,148 @@ private slots:
         QVERIFY(shown.last().startsWith(QStringLiteral("NOT EQUIVALENT")));
     }
 
-    // Focusing a stage (a click on the stage board) brings its nodes into the view of a 1280x720
-    // window: at least one of its parallel nodes is in sight, never the gap between the graphs.
-    void focusingAStageShowsItsNodes() {
+    // Focusing a stage (a click on the stage board) frames it in both panes: its logical nodes in
+    // the logical pane, its parallel nodes in the parallel pane, all of each side when they fit at
+    // a readable zoom, else at least one; each pane shows only its own side.
+    void panesFrameTheSameStage_data() {
+        QTest::addColumn<QString>("file");
+        QTest::addColumn<QSize>("size");
+        QTest::newRow("mlp4-dp2-tp2-pp2 1280x720") << QStringLiteral("mlp4-dp2-tp2-pp2.json") << QSize(1280, 720);
+        QTest::newRow("llama3-tp2-sp 1600x1000") << QStringLiteral("llama3-tp2-sp.json") << QSize(1600, 1000);
+        QTest::newRow("gpt2-pp2 1280x720") << QStringLiteral("gpt2-pp2.json") << QSize(1280, 720);
+    }
+    void panesFrameTheSameStage() {
+        QFETCH(QString, file);
+        QFETCH(QSize, size);
+        MainWindow w;
+        w.resize(size);
+        w.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        QVERIFY(openAndWait(w, example(file)));
+        const auto* l = w.scene()->loaded();
+        QVERIFY(l->verifiedStages);
+        auto* dual = w.dualView();
+        QVERIFY(dual->twoPanes());
+        // Each pane scrolls over its own side only.
+        for (std::size_t n = 0; n < l->view.nodes.size(); ++n) {
+            const auto side = l->view.nodes[n].side;
+            const QRectF r = w.scene()->itemForNode(static_cast<int>(n))->sceneBoundingRect();
+            QVERIFY(dual->pane(side)->sceneRect().contains(r));
+            QVERIFY(!dual->pane(side == ViewSide::Logical ? ViewSide::Parallel : ViewSide::Logical)->sceneRect().intersects(r));
+        }
+        int checked = 0, whole = 0;
+        const auto stages = static_cast<std::uint32_t>(l->verifiedStages->stages.size());
+        for (std::uint32_t s = 0; s < stages; s += std::max<std::uint32_t>(1, stages / 12)) {
+            w.focusStage(s);
+            const auto focus = w.scene()->marked(NodeMark::Focus);
+            for (auto side : {ViewSide::Logical, ViewSide::Parallel}) {
+                GraphView* pane = dual->pane(side);
+                const QRectF visible = pane->mapToScene(pane->viewport()->rect()).boundingRect();
+                QRectF all;
+                int mine = 0, inSight = 0;
+                for (int n : focus)
+                    if (l->view.nodes[n].side == side) {
+                        const QRectF r = w.scene()->itemForNode(n)->sceneBoundingRect();
+                        all = all.isNull() ? r : all.united(r);
+                        ++mine;
+                        inSight += visible.intersects(r);
+                    }
+                if (!mine) continue;
+                const QSizeF port = pane->viewport()->size();
+                const bool fitsReadable = std::min(port.width() * 0.9 / all.width(), port.height() * 0.9 / all.height()) >= GraphView::kReadable;
+                const QString where = QStringLiteral("stage %1, %2 side: %3 of %4 nodes in sight")
+                                          .arg(s)
+                                          .arg(side == ViewSide::Logical ? QStringLiteral("logical") : QStringLiteral("parallel"))
+                                          .arg(inSight)
+                                          .arg(mine);
+                QVERIFY2(inSight >= 1, qPrintable(where));
+                if (fitsReadable) {
+                    QVERIFY2(inSight == mine, qPrintable(where));
+                    ++whole;
+                }
+                QVERIFY2(pane->zoom() >= GraphView::kReadable * 0.99, qPrintable(where + QStringLiteral(", zoom %1").arg(pane->zoom())));
+            }
+            ++checked;
+        }
+        QVERIFY(checked >= 3);
+        QVERIFY(whole >= 1);
+    }
+
+    // The panes scroll together, by stage: centring the parallel pane on a stage's height brings
+    // the logical pane to that stage's logical height (where the logical pane can scroll there).
+    void panesScrollTogetherByStage() {
         MainWindow w;
         w.resize(1280, 720);
         w.show();
         QVERIFY(QTest::qWaitForWindowExposed(&w));
-        QVERIFY(openAndWait(w, example(QStringLiteral("mlp4-dp2-tp2-pp2.json"))));
-        const auto* l = w.scene()->loaded();
-        QVERIFY(l->verifiedStages);
-        int checked = 0;
-        for (std::uint32_t s = 0; s < l->verifiedStages->stages.size(); s += 3) {
-            w.focusStage(s);
-            const auto focus = w.scene()->marked(NodeMark::Focus);
-            if (focus.empty()) continue;
-            const QRectF visible = w.view()->mapToScene(w.view()->viewport()->rect()).boundingRect();
-            bool parallelInSight = false, anyParallel = false;
-            for (int n : focus)
-                if (l->view.nodes[n].side == ViewSide::Parallel) {
-                    anyParallel = true;
-                    parallelInSight = parallelInSight || visible.intersects(w.scene()->itemForNode(n)->sceneBoundingRect());
-                }
-            QVERIFY2(!anyParallel || parallelInSight, qPrintable(QStringLiteral("stage %1: none of its parallel nodes is in sight").arg(s)));
-            ++checked;
+        QVERIFY(openAndWait(w, example(QStringLiteral("gpt2-pp2.json"))));
+        auto* dual = w.dualView();
+        const auto& anchors = dual->alignment().anchors;
+        QVERIFY(anchors.size() >= 4);
+        for (std::size_t i = 1; i < anchors.size(); ++i) {
+            QVERIFY(anchors[i].logicalY > anchors[i - 1].logicalY);
+            QVERIFY(anchors[i].parallelY > anchors[i - 1].parallelY);
         }
-        QVERIFY(checked > 3);
+        GraphView* logical = dual->pane(ViewSide::Logical);
+        GraphView* parallel = dual->pane(ViewSide::Parallel);
+        int followed = 0;
+        for (const auto& a : anchors) {
+            const QRectF lrect = logical->sceneRect();
+            const qreal half = logical->mapToScene(logical->viewport()->rect()).boundingRect().height() / 2;
+            const QRectF prect = parallel->sceneRect();
+            const qreal phalf = parallel->mapToScene(parallel->viewport()->rect()).boundingRect().height() / 2;
+            if (a.logicalY - half < lrect.top() + 2 || a.logicalY + half > lrect.bottom() - 2) continue;
+            if (a.parallelY - phalf < prect.top() + 2 || a.parallelY + phalf > prect.bottom() - 2) continue;
+            parallel->centerOn(QPointF(parallel->mapToScene(parallel->viewport()->rect().center()).x(), a.parallelY));
+            const qreal pc = parallel->mapToScene(parallel->viewport()->rect().center()).y();
+            const qreal lc = logical->mapToScene(logical->viewport()->rect().center()).y();
+            // Scroll bars move in whole pixels: within a few points.
+            QVERIFY2(std::abs(lc - dual->alignment().toLogical(pc)) < 4 / logical->zoom() + 1,
+                     qPrintable(QStringLiteral("stage %1: logical pane at %2, expected %3").arg(a.stage).arg(lc).arg(dual->alignment().toLogical(pc))));
+            ++followed;
+        }
+        QVERIFY(followed >= 2);
+        // Unlinked, the logical pane stays where it is.
+        dual->setLinked(false);
+        const qreal before = logical->mapToScene(logical->viewport()->rect().center()).y();
+        parallel->centerOn(QPointF(0, anchors.back().parallelY));
+        QCOMPARE(logical->mapToScene(logical->viewport()->rect().center()).y(), before);
+    }
+
+    // Lineage between the panes is drawn for the selection only (by default): none with nothing
+    // selected, each of a selected tensor's lineage edges once it is selected; in one canvas the
+    // scene draws them and the overlay none.
+    void lineageOnlyForTheSelection() {
+        MainWindow w;
+        w.resize(1600, 1000);
+        w.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        QVERIFY(openAndWait(w, example(QStringLiteral("mlp-tp2.json"))));
+        auto* dual = w.dualView();
+        w.scene()->setShowAllLineage(false);
+        w.scene()->selectNode(-1);
+        dual->repaint();
+        QCOMPARE(dual->overlaySegmentCount(), 0);
+        const auto& v = w.scene()->loaded()->view;
+        int tensor = -1, edges = 0;
+        for (std::size_t n = 0; n < v.nodes.size() && tensor < 0; ++n)
+            if (v.nodes[n].side == ViewSide::Logical && v.nodes[n].kind == ViewNodeKind::Tensor) {
+                edges = static_cast<int>(std::count_if(v.lineage.begin(), v.lineage.end(), [&](const LineageEdge& e) { return e.logical == static_cast<int>(n); }));
+                if (edges >= 2) tensor = static_cast<int>(n);
+            }
+        QVERIFY(tensor >= 0);
+        w.scene()->selectNode(tensor);
+        dual->repaint();
+        QTRY_COMPARE_WITH_TIMEOUT(dual->overlaySegmentCount(), edges, 10000);
+        // The scene's own lineage items stay hidden in two panes.
+        for (auto* item : w.scene()->items())
+            if (item->zValue() == 0.5) QVERIFY(!item->isVisible());
+        dual->setTwoPanes(false);
+        dual->repaint();
+        QCOMPARE(dual->overlaySegmentCount(), 0);
+        int shown = 0;
+        for (auto* item : w.scene()->items()) shown += item->zValue() == 0.5 && item->isVisible();
+        QCOMPARE(shown, edges);
     }
 
     // A bug that needs what the plan lacks is refused with the reason; nothing changes.

@@ -36,13 +36,14 @@ void GraphView::zoomActual() {
 
 void GraphView::fitAll() {
     if (!scene()) return;
-    fitInView(scene()->itemsBoundingRect(), Qt::KeepAspectRatio);
+    // This view's own rectangle (a pane shows one side of the scene), not the whole scene.
+    fitInView(sceneRect(), Qt::KeepAspectRatio);
     emit zoomChanged(zoom());
 }
 
 void GraphView::showStart() {
     if (!scene()) return;
-    const QRectF all = scene()->itemsBoundingRect();
+    const QRectF all = sceneRect();
     const QSizeF port = viewport()->size();
     if (all.isEmpty() || port.isEmpty()) return fitAll();
     const qreal fit = std::min(port.width() / all.width(), port.height() / all.height());
@@ -88,21 +89,30 @@ void GraphView::wheelEvent(QWheelEvent* e) {
 
 namespace tv::ui {
 
-Minimap::Minimap(GraphView* main, QWidget* parent) : QGraphicsView(parent), main_(main) {
-    setScene(main->scene());
+Minimap::Minimap(QGraphicsScene* scene, QWidget* parent) : QGraphicsView(parent) {
+    setScene(scene);
     setInteractive(false);
     setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
     setVerticalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
     setRenderHint(QPainter::Antialiasing, false);
     setMinimumSize(160, 110);
-    auto update = [this] { viewport()->update(); };
-    connect(main->horizontalScrollBar(), &QScrollBar::valueChanged, this, update);
-    connect(main->verticalScrollBar(), &QScrollBar::valueChanged, this, update);
-    connect(main, &GraphView::zoomChanged, this, update);
-    connect(main->scene(), &QGraphicsScene::sceneRectChanged, this, [this] { refit(); });
+    connect(scene, &QGraphicsScene::sceneRectChanged, this, [this] { refit(); });
 }
 
-QRectF Minimap::visibleArea() const { return main_->mapToScene(main_->viewport()->rect()).boundingRect(); }
+void Minimap::addPane(GraphView* pane) {
+    panes_.push_back(pane);
+    auto update = [this] { viewport()->update(); };
+    connect(pane->horizontalScrollBar(), &QScrollBar::valueChanged, this, update);
+    connect(pane->verticalScrollBar(), &QScrollBar::valueChanged, this, update);
+    connect(pane, &GraphView::zoomChanged, this, update);
+}
+
+std::vector<QRectF> Minimap::visibleAreas() const {
+    std::vector<QRectF> out;
+    for (const auto& p : panes_)
+        if (p && !p->isHidden()) out.push_back(p->mapToScene(p->viewport()->rect()).boundingRect());
+    return out;
+}
 
 void Minimap::refit() {
     if (scene()) fitInView(scene()->sceneRect(), Qt::KeepAspectRatio);
@@ -116,11 +126,16 @@ void Minimap::resizeEvent(QResizeEvent* e) {
 void Minimap::drawForeground(QPainter* p, const QRectF&) {
     p->setPen(QPen(QColor(230, 120, 0), 0));
     p->setBrush(QColor(230, 120, 0, 40));
-    p->drawRect(visibleArea());
+    for (const auto& r : visibleAreas()) p->drawRect(r);
 }
 
 void Minimap::mousePressEvent(QMouseEvent* e) {
-    main_->centerOn(mapToScene(e->position().toPoint()));
+    // The pane whose side was clicked moves there (with two panes, each shows one side).
+    const QPointF at = mapToScene(e->position().toPoint());
+    GraphView* target = nullptr;
+    for (const auto& p : panes_)
+        if (p && !p->isHidden() && (!target || p->sceneRect().contains(at))) target = p;
+    if (target) target->centerOn(at);
     viewport()->update();
 }
 

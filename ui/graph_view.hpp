@@ -1,7 +1,10 @@
-// The canvas: a QGraphicsView with zoom (Ctrl+wheel, keys, fit, 100 %) and hand-drag panning.
+// One pane of the canvas: a QGraphicsView with zoom (Ctrl+wheel, keys, fit, 100 %) and hand-drag panning.
 #pragma once
 
 #include <QGraphicsView>
+#include <QPointer>
+
+#include <vector>
 
 namespace tv::ui {
 
@@ -37,13 +40,15 @@ private:
 
 namespace tv::ui {
 
-/// The whole scene in miniature with the main view's visible area; click or drag to move there.
+/// The whole scene in miniature with each pane's visible area; click or drag to move the pane
+/// showing that side there.
 class Minimap : public QGraphicsView {
     Q_OBJECT
 public:
-    Minimap(GraphView* main, QWidget* parent = nullptr);
-    /// The main view's visible area in scene coordinates (what the frame shows).
-    QRectF visibleArea() const;
+    explicit Minimap(QGraphicsScene* scene, QWidget* parent = nullptr);
+    void addPane(GraphView* pane);
+    /// The visible panes' areas in scene coordinates (what the frames show).
+    std::vector<QRectF> visibleAreas() const;
 
 protected:
     void drawForeground(QPainter* painter, const QRectF& rect) override;
@@ -53,7 +58,7 @@ protected:
 
 private:
     void refit();
-    GraphView* main_;
+    std::vector<QPointer<GraphView>> panes_;
 };
 
 }  // namespace tv::ui

@@ -4,6 +4,7 @@
 #include "main_window.hpp"
 
 #include <functional>
+#include "dual_view.hpp"
 #include "notice_bar.hpp"
 #include "stage_board.hpp"
 #include "theme.hpp"
@@ -46,6 +47,7 @@
 #include "filter_bar.hpp"
 #include "find_model.hpp"
 #include "gallery.hpp"
+#include "dual_view.hpp"
 #include "graph_view.hpp"
 #include "generate_dialog.hpp"
 #include "inspector.hpp"
@@ -131,19 +133,31 @@ std::shared_ptr<LoadedPlan> relayoutPlan(const LoadedPlan& previous, ViewOptions
     return lp;
 }
 
+GraphView* MainWindow::view() const { return dual_->pane(ViewSide::Parallel); }
+
+std::vector<int> MainWindow::lineageFrame(int node) const {
+    std::vector<int> out{node};
+    if (const auto* l = scene_->loaded(); l && node >= 0) {
+        // The other side's counterparts, in its own pane; the node's own side stays on the node.
+        const auto side = l->view.nodes[node].side;
+        for (int n : l->view.counterparts(node))
+            if (l->view.nodes[n].side != side) out.push_back(n);
+    }
+    return out;
+}
+
 MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     setWindowTitle(tr("TrainVerify Studio"));
     setAcceptDrops(true);
     scene_ = new PlanScene(this);
-    view_ = new GraphView(this);
-    view_->setScene(scene_);
+    dual_ = new DualView(scene_, this);
     notice_ = new NoticeBar(this);
     auto* central = new QWidget(this);
     auto* column = new QVBoxLayout(central);
     column->setContentsMargins(0, 0, 0, 0);
     column->setSpacing(0);
     column->addWidget(notice_);
-    column->addWidget(view_, 1);
+    column->addWidget(dual_, 1);
     setCentralWidget(central);
 
     inspector_ = new Inspector(this);
@@ -152,7 +166,9 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     inspectorDock->setWidget(inspector_);
     addDockWidget(Qt::RightDockWidgetArea, inspectorDock);
 
-    minimap_ = new Minimap(view_, this);
+    minimap_ = new Minimap(scene_, this);
+    minimap_->addPane(dual_->pane(ViewSide::Logical));
+    minimap_->addPane(dual_->pane(ViewSide::Parallel));
     auto* minimapDock = new QDockWidget(tr("Overview"), this);
     minimapDock->setObjectName(QStringLiteral("overview"));
     minimapDock->setWidget(minimap_);
@@ -181,7 +197,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     layoutTimer_ = new QTimer(this);
     layoutTimer_->setInterval(250);
     connect(layoutTimer_, &QTimer::timeout, this, &MainWindow::updateLayoutProgress);
-    connect(view_, &GraphView::zoomChanged, this, [this](qreal z) { statusZoom_->setText(tr("zoom %1 %").arg(qRound(z * 100))); });
+    connect(dual_, &DualView::zoomChanged, this, [this](qreal z) { statusZoom_->setText(tr("zoom %1 %").arg(qRound(z * 100))); });
 
     connect(scene_, &PlanScene::nodeSelected, this, &MainWindow::onNodeSelected);
     connect(scene_, &PlanScene::nodeActivated, this, &MainWindow::onNodeActivated);
@@ -259,10 +275,40 @@ void MainWindow::buildMenus() {
 
     auto* view = menuBar()->addMenu(tr("&View"));
     viewMenu_ = view;
-    view->addAction(tr("Zoom &In"), QKeySequence(Qt::CTRL | Qt::Key_Equal), view_, &GraphView::zoomIn);
-    view->addAction(tr("Zoom &Out"), QKeySequence(Qt::CTRL | Qt::Key_Minus), view_, &GraphView::zoomOut);
-    view->addAction(tr("&Fit"), QKeySequence(Qt::CTRL | Qt::Key_0), view_, &GraphView::fitAll);
-    view->addAction(tr("&Actual Size (100 %)"), QKeySequence(Qt::CTRL | Qt::Key_1), view_, &GraphView::zoomActual);
+    view->addAction(tr("Zoom &In"), QKeySequence(Qt::CTRL | Qt::Key_Equal), dual_, &DualView::zoomIn);
+    view->addAction(tr("Zoom &Out"), QKeySequence(Qt::CTRL | Qt::Key_Minus), dual_, &DualView::zoomOut);
+    view->addAction(tr("&Fit"), QKeySequence(Qt::CTRL | Qt::Key_0), dual_, &DualView::fitAll);
+    view->addAction(tr("&Actual Size (100 %)"), QKeySequence(Qt::CTRL | Qt::Key_1), dual_, &DualView::zoomActual);
+    view->addSeparator();
+    // Two panes (logical | parallel, each its own view, lineage drawn across) or one canvas.
+    auto* panes = view->addAction(tr("&Two Panes"));
+    panes->setObjectName(QStringLiteral("twoPanes"));
+    panes->setCheckable(true);
+    panes->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_T));
+    panes->setToolTip(tr("The logical graph and the parallel graph side by side, each scrolled and zoomed on its own"));
+    auto* link = view->addAction(tr("&Scroll Panes Together"));
+    link->setObjectName(QStringLiteral("linkPanes"));
+    link->setCheckable(true);
+    link->setToolTip(tr("Scrolling one pane brings the other to the same stage"));
+    {
+        QSettings s;
+        panes->setChecked(s.value(QStringLiteral("view/twoPanes"), true).toBool());
+        link->setChecked(s.value(QStringLiteral("view/linkPanes"), true).toBool());
+    }
+    dual_->setTwoPanes(panes->isChecked());
+    dual_->setLinked(link->isChecked());
+    link->setEnabled(panes->isChecked());
+    connect(panes, &QAction::toggled, this, [this, link](bool on) {
+        dual_->setTwoPanes(on);
+        link->setEnabled(on);
+        QSettings().setValue(QStringLiteral("view/twoPanes"), on);
+        dual_->resetSplit();
+        dual_->showStart();
+    });
+    connect(link, &QAction::toggled, this, [this](bool on) {
+        dual_->setLinked(on);
+        QSettings().setValue(QStringLiteral("view/linkPanes"), on);
+    });
     view->addSeparator();
     auto* findAction = view->addAction(tr("&Find..."), QKeySequence::Find, this, [this] {
         if (auto* dock = findChild<QDockWidget*>(QStringLiteral("find"))) {
@@ -329,8 +375,8 @@ void MainWindow::buildMenus() {
     });
     tb->addAction(tr("Examples"), this, &MainWindow::showGallery);
     tb->addSeparator();
-    tb->addAction(tr("Fit"), view_, &GraphView::fitAll);
-    tb->addAction(tr("100 %"), view_, &GraphView::zoomActual);
+    tb->addAction(tr("Fit"), dual_, &DualView::fitAll);
+    tb->addAction(tr("100 %"), dual_, &DualView::zoomActual);
     tb->addSeparator();
     tb->addAction(verifyAction_);
     tb->addAction(cancelAction_);
@@ -504,7 +550,10 @@ void MainWindow::onLoaded(quint64 id, std::shared_ptr<LoadedPlan> loaded, const 
     }
     applyVerificationToScene();
     updateVerifyActions();
-    if (!samePlan) view_->showStart();
+    if (!samePlan) {
+        dual_->resetSplit();
+        dual_->showStart();
+    }
     if (pendingReveal_) {
         anchor_.reset();
         if (samePlan) reveal(*pendingReveal_);
@@ -603,12 +652,7 @@ void MainWindow::keepInView() {
                                                    : node.kind == ViewNodeKind::CollapsedLayer && v.layers[node.id].key == anchor.layerKey;
         if (match) target = scene_->itemForNode(static_cast<int>(n))->sceneBoundingRect();
     }
-    if (target.isNull()) return;
-    const QRectF visible = view_->mapToScene(view_->viewport()->rect()).boundingRect();
-    // Its top in sight: centred when it fits, else its top edge a fifth of the way down.
-    if (target.height() <= visible.height() && target.width() <= visible.width()) view_->centerOn(target.center());
-    else view_->centerOn(QPointF(target.width() <= visible.width() ? target.center().x() : target.left() + visible.width() / 2,
-                                 target.top() + visible.height() * 0.3));
+    dual_->bringIntoView(target);
 }
 
 void MainWindow::toggleRank(std::int32_t rank) {
@@ -662,6 +706,14 @@ void MainWindow::setLayersCollapsed(bool collapsed) {
 
 bool MainWindow::exportImage(const QString& path) {
     if (!scene_->loaded()) return false;
+    // The export is the whole scene: its lineage drawn in it, whatever the panes do on screen.
+    const bool inScene = scene_->lineageInScene();
+    scene_->setLineageInScene(true);
+    struct Restore {
+        PlanScene* scene;
+        bool inScene;
+        ~Restore() { scene->setLineageInScene(inScene); }
+    } restore{scene_, inScene};
     const QRectF src = scene_->itemsBoundingRect().adjusted(-20, -20, 20, 20);
     if (path.endsWith(QStringLiteral(".svg"), Qt::CaseInsensitive)) {
         QSvgGenerator svg;
@@ -799,7 +851,7 @@ QMenu* MainWindow::nodeMenu(int node) {
     }
     named(menu->addAction(tr("Show &Lineage"), this, [this, node] {
               scene_->selectNode(node);
-              view_->centerOnItem(scene_->itemForNode(node));
+              dual_->frame(lineageFrame(node));
           }),
           "lineage")
         ->setToolTip(tr("Select it: its lineage edges and counterparts on the other side are drawn"));

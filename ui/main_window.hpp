@@ -31,6 +31,7 @@ class QToolButton;
 
 namespace tv::ui {
 
+class DualView;
 class GraphView;
 class Minimap;
 class FilterBar;
@@ -73,7 +74,9 @@ public:
     /// Opens a pair of nnScaler plans (a logical plan and a parallel plan of it) in the background.
     void openNnScalerPair(const QString& logicalPath, const QString& parallelPath);
     PlanScene* scene() const { return scene_; }
-    GraphView* view() const { return view_; }
+    /// The pane drawing the parallel graph (both graphs in one-canvas mode).
+    GraphView* view() const;
+    DualView* dualView() const { return dual_; }
     Minimap* minimap() const { return minimap_; }
     Inspector* inspector() const { return inspector_; }
     FindResultsModel* findModel() const { return findModel_; }
@@ -207,7 +210,7 @@ private:
     void buildBugMenu();
 
     PlanScene* scene_;
-    GraphView* view_;
+    DualView* dual_;
     Minimap* minimap_;
     Inspector* inspector_;
     FindResultsModel* findModel_;
@@ -294,6 +297,8 @@ private:
     std::uint32_t focusedStage_ = kNone;
     /// The nodes a source stage is drawn as (its drawn stages' nodes).
     std::vector<int> stageNodes(std::uint32_t sourceStage) const;
+    /// What showing a node frames: it, and its counterparts on the other side (lineage, stage).
+    std::vector<int> lineageFrame(int node) const;
 };
 
 }  // namespace tv::ui

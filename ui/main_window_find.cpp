@@ -10,6 +10,7 @@
 #include <QVBoxLayout>
 
 #include "filter_bar.hpp"
+#include "dual_view.hpp"
 #include "graph_view.hpp"
 
 namespace tv::ui {
@@ -79,7 +80,7 @@ void MainWindow::activateFindResult(int row, bool expand) {
                                                               .arg(QString::fromStdString(scene_->loaded()->view.nodes[hit->node].name)),
                                                           5000);
     scene_->selectNode(hit->node);
-    view_->centerOnItem(scene_->itemForNode(hit->node));
+    dual_->frame(lineageFrame(hit->node));
 }
 
 void MainWindow::reveal(const FindHit& hit) {
@@ -98,7 +99,7 @@ void MainWindow::reveal(const FindHit& hit) {
         return;
     }
     scene_->selectNode(node);
-    view_->centerOnItem(scene_->itemForNode(node));
+    dual_->frame(lineageFrame(node));
 }
 
 }  // namespace tv::ui

@@ -15,6 +15,7 @@
 #include <QToolButton>
 
 #include "failure_panel.hpp"
+#include "dual_view.hpp"
 #include "graph_view.hpp"
 #include "stage_board.hpp"
 #include "verification_controller.hpp"
@@ -66,7 +67,7 @@ void MainWindow::buildVerification() {
         if (report_ && report_->failure && report_->failure->stage != kNone) board_->selectStage(report_->failure->stage);
         applyVerificationToScene();
         const auto marks = scene_->marked(NodeMark::FailingOp);
-        if (!marks.empty()) view_->centerOnItem(scene_->itemForNode(marks.front()));
+        if (!marks.empty()) dual_->frame(lineageFrame(marks.front()));
     });
     menu->addAction(tr("&Next Step"), QKeySequence(Qt::Key_F10), failurePanel_, &FailurePanel::next);
     menu->addAction(tr("&Previous Step"), QKeySequence(Qt::SHIFT | Qt::Key_F10), failurePanel_, &FailurePanel::previous);
@@ -166,12 +167,10 @@ void MainWindow::onVerified(quint64 run, std::shared_ptr<const VerifyReport> rep
             }
         } else {
             scene_->selectNode(primary);
-            // Both the failing op and its logical counterpart in sight when they fit, else the op.
-            QRectF both = scene_->itemForNode(primary)->sceneBoundingRect();
-            for (int n : scene_->marked(NodeMark::Counterpart)) both = both.united(scene_->itemForNode(n)->sceneBoundingRect());
-            const QRectF visible = view_->mapToScene(view_->viewport()->rect()).boundingRect();
-            if (both.width() < visible.width() * 0.9 && both.height() < visible.height() * 0.9) view_->centerOn(both.center());
-            else view_->centerOnItem(scene_->itemForNode(primary));
+            // The failing op in the parallel pane, its logical counterpart in the logical pane.
+            std::vector<int> both{primary};
+            for (int n : scene_->marked(NodeMark::Counterpart)) both.push_back(n);
+            dual_->frame(both);
         }
     }
     updateVerifyActions();
@@ -202,7 +201,10 @@ void MainWindow::showStep(const QString& parallelOp, const QString& logicalOp) {
         return;
     }
     scene_->selectNode(pnode);  // the inspector follows the step
-    view_->centerOnItem(scene_->itemForNode(pnode));
+    std::vector<int> frame{pnode};
+    if (lop != kNone)
+        if (int lnode = nodeShowing(l->view, FindHit{ViewSide::Logical, true, lop, -1}); lnode >= 0) frame.push_back(lnode);
+    dual_->frame(frame);
 }
 
 std::vector<std::pair<int, NodeMark>> MainWindow::failureMarks(const Failure& f, int* primary, QString* where) const {
@@ -279,36 +281,10 @@ void MainWindow::focusStage(std::uint32_t sourceStage) {
     pins_.clear();
     focusedStage_ = sourceStage;
     const auto nodes = stageNodes(sourceStage);
-    // Both sides' nodes when they fit in the view together; else the parallel side's (where the
-    // shards are) when they fit; else the parallel node nearest their middle. Never the empty gap
-    // between the two graphs, or between ranks.
-    QRectF logical, parallel;
-    for (int n : nodes)
-        if (auto* item = scene_->itemForNode(n)) {
-            auto& box = l->view.nodes[n].side == ViewSide::Logical ? logical : parallel;
-            box = box.isNull() ? item->sceneBoundingRect() : box.united(item->sceneBoundingRect());
-        }
+    // Each side's nodes in its own pane: all of them when they fit (readable), else the one
+    // nearest their middle; never the empty space between ranks.
     applyVerificationToScene();
-    const QRectF both = logical.isNull() ? parallel : parallel.isNull() ? logical : logical.united(parallel);
-    const QRectF visible = view_->mapToScene(view_->viewport()->rect()).boundingRect();
-    auto fits = [&](const QRectF& r) { return !r.isNull() && r.width() < visible.width() * 0.9 && r.height() < visible.height() * 0.9; };
-    if (fits(both)) {
-        view_->centerOn(both.center());
-    } else if (fits(parallel)) {
-        view_->centerOn(parallel.center());
-    } else if (!both.isNull()) {
-        const bool onParallel = !parallel.isNull();
-        const QPointF middle = (onParallel ? parallel : logical).center();
-        QGraphicsItem* nearest = nullptr;
-        qreal best = 0;
-        for (int n : nodes)
-            if (auto* item = scene_->itemForNode(n); item && (l->view.nodes[n].side == ViewSide::Parallel) == onParallel) {
-                const QPointF d = item->sceneBoundingRect().center() - middle;
-                const qreal dist = d.x() * d.x() + d.y() * d.y();
-                if (!nearest || dist < best) nearest = item, best = dist;
-            }
-        if (nearest) view_->centerOn(nearest);
-    }
+    dual_->frame(nodes);
     statusBar()->showMessage(nodes.empty() ? tr("Stage %1 has no op drawn in this view.").arg(sourceStage)
                                            : tr("Stage %1: %n node(s) marked on both sides.", nullptr, static_cast<int>(nodes.size())).arg(sourceStage),
                              5000);

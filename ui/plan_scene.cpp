@@ -36,6 +36,8 @@ Palette paletteFor(bool dark) {
 /// Each stage has a hue, shared by its band on the logical side and the marks of its ops on both sides.
 QColor stageColor(std::uint32_t stage) { return QColor::fromHsv(static_cast<int>((stage * 47) % 360), 150, 205); }
 
+}  // namespace
+
 QColor lineageColor(LineageKind k) {
     switch (k) {
         case LineageKind::Shard: return QColor(40, 110, 220);
@@ -45,7 +47,10 @@ QColor lineageColor(LineageKind k) {
     return Qt::gray;
 }
 
-}  // namespace
+QPen lineagePen(LineageKind k) {
+    return QPen(lineageColor(k), k == LineageKind::PartialSum ? 1.4 : 1.1,
+                k == LineageKind::Replica ? Qt::DotLine : k == LineageKind::PartialSum ? Qt::DashLine : Qt::SolidLine);
+}
 
 /// One op, tensor, collapsed rank or collapsed layer. Paints with level of detail: no text when it cannot be read.
 class NodeItem : public QGraphicsItem {
@@ -453,9 +458,7 @@ QGraphicsItem* PlanScene::lineageItem(std::size_t i) {
     QPainterPath path(from);
     const qreal dx = std::max<qreal>(60, (to.x() - from.x()) / 2);
     path.cubicTo(from + QPointF(dx, 0), to - QPointF(dx, 0), to);
-    QPen pen(lineageColor(e.kind), e.kind == LineageKind::PartialSum ? 1.4 : 1.1,
-             e.kind == LineageKind::Replica ? Qt::DotLine : e.kind == LineageKind::PartialSum ? Qt::DashLine : Qt::SolidLine);
-    auto* item = new EdgeItem(path, pen);
+    auto* item = new EdgeItem(path, lineagePen(e.kind));
     addItem(item);
     item->setZValue(0.5);
     item->setToolTip(QStringLiteral("%1: %2%3")
@@ -512,17 +515,36 @@ bool PlanScene::drawingAllLineage() const {
     return showAllLineage_ && lineageItems_.size() <= kMaxAlwaysShownLineage;
 }
 
+std::vector<std::pair<std::size_t, double>> PlanScene::lineageToDraw() const {
+    std::vector<std::pair<std::size_t, double>> out;
+    if (!loaded_) return out;
+    const auto& lin = loaded_->view.lineage;
+    const bool all = drawingAllLineage();
+    for (std::size_t i = 0; i < lin.size(); ++i) {
+        const bool touches = selected_ >= 0 && (lin[i].logical == selected_ || lin[i].parallel == selected_);
+        if ((all && !touchesCollapsed(i)) || touches) out.emplace_back(i, selected_ >= 0 && !touches ? 0.25 : 1.0);
+    }
+    return out;
+}
+
+void PlanScene::setLineageInScene(bool inScene) {
+    if (lineageInScene_ == inScene) return;
+    lineageInScene_ = inScene;
+    updateLineageVisibility();
+}
+
 void PlanScene::updateLineageVisibility() {
     if (!loaded_) return;
     const auto& lin = loaded_->view.lineage;
     const bool all = drawingAllLineage();
     for (std::size_t i = 0; i < lineageItems_.size(); ++i) {
         bool touches = selected_ >= 0 && (lin[i].logical == selected_ || lin[i].parallel == selected_);
-        if (!lineageItems_[i] && !touches) continue;
+        if (!lineageItems_[i] && !(touches && lineageInScene_)) continue;
         auto* item = lineageItem(i);
-        item->setVisible((all && !touchesCollapsed(i)) || touches);
+        item->setVisible(lineageInScene_ && ((all && !touchesCollapsed(i)) || touches));
         item->setOpacity(selected_ >= 0 && !touches ? 0.25 : 1.0);
     }
+    emit lineageChanged();
 }
 
 bool PlanScene::nodePassesFilter(int node) const {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <QGraphicsScene>
+#include <QPen>
 #include <QPointer>
 
 #include <memory>
@@ -17,6 +18,10 @@
 class QGraphicsItem;
 
 namespace tv::ui {
+
+/// How a lineage edge is drawn: blue for a shard, grey dots for a replica, purple dashes for a partial sum.
+QColor lineageColor(LineageKind k);
+QPen lineagePen(LineageKind k);
 
 /// Everything a loaded plan needs on screen, computed off the GUI thread: the plan opened (what
 /// Verify checks, where it came from, the bug injected), what is drawn of it, and the view.
@@ -80,6 +85,11 @@ public:
     /// Above this many lineage edges only the selection's are drawn, whatever the setting.
     static constexpr std::size_t kMaxAlwaysShownLineage = 1500;
     bool drawingAllLineage() const;
+    /// The lineage edges to draw now (all, or the selection's) and the opacity of each.
+    std::vector<std::pair<std::size_t, double>> lineageToDraw() const;
+    /// Whether the scene draws lineage itself (one canvas, exports) or leaves it to the panes' overlay.
+    void setLineageInScene(bool inScene);
+    bool lineageInScene() const { return lineageInScene_; }
     void setDark(bool dark);
     /// Dims what the filter excludes; returns how many nodes pass.
     int setFilter(const ViewFilter& filter);
@@ -110,6 +120,7 @@ signals:
     void nodeActivated(int node);  ///< double-click (e.g. expand a collapsed rank or layer)
     void groupActivated(int group);  ///< double-click on a band (e.g. collapse an expanded layer)
     void nodeContextMenu(int node, QPoint screenPos);  ///< right-click on a node
+    void lineageChanged();  ///< which lineage edges are drawn changed (selection, setting, plan)
 
 protected:
     void mouseDoubleClickEvent(QGraphicsSceneMouseEvent* e) override;
@@ -140,6 +151,7 @@ private:
     std::vector<std::pair<int, NodeMark>> marks_;
     int selected_ = -1;
     bool showAllLineage_ = true;
+    bool lineageInScene_ = true;
     bool dark_ = false;
     ViewFilter filter_;
 };
