@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "layout/layout_process.hpp"
+#include "compare_window.hpp"
 #include "main_window.hpp"
 #include "verify/solver_process.hpp"
 
@@ -45,6 +46,11 @@ int main(int argc, char** argv) {
     QCommandLineOption lesson(QStringLiteral("lesson"), QStringLiteral("Open a guided lesson's buggy plan (see Help > Lessons for the ids)."),
                               QStringLiteral("ID"));
     parser.addOption(lesson);
+    QCommandLineOption compare(QStringLiteral("compare"),
+                               QStringLiteral("Compare the plan with its twin FILE (File > Compare With...): one layout, the differences "
+                                              "ringed, both verified; with --screenshot, the picture is of the comparison."),
+                               QStringLiteral("FILE"));
+    parser.addOption(compare);
     parser.addOption(screenshot);
     parser.addOption(select);
     parser.addOption(logical);
@@ -110,7 +116,28 @@ int main(int argc, char** argv) {
                     app.exit(ok ? 0 : 3);
                 });
             };
-            if (parser.isSet(verify)) {
+            if (parser.isSet(compare)) {
+                if (!QFileInfo::exists(parser.value(compare))) {
+                    std::fprintf(stderr, "trainverify-studio: %s: no such file\n", qPrintable(parser.value(compare)));
+                    app.exit(3);
+                    return;
+                }
+                window.compareWithFile(parser.value(compare));
+                auto* cmp = window.compareWindow();
+                if (parser.isSet(screenshot) && cmp) {
+                    QObject::connect(cmp, &tv::ui::CompareWindow::loadFailed, &app, [&](const QString& msg) {
+                        std::fprintf(stderr, "trainverify-studio: %s\n", qPrintable(msg));
+                        app.exit(3);
+                    });
+                    QObject::connect(cmp, &tv::ui::CompareWindow::verified, &app, [&, cmp] {
+                        QTimer::singleShot(500, &app, [&, cmp] {
+                            const bool ok = cmp->grab().save(parser.value(screenshot));
+                            if (!ok) std::fprintf(stderr, "trainverify-studio: cannot write %s\n", qPrintable(parser.value(screenshot)));
+                            app.exit(ok ? 0 : 3);
+                        });
+                    }, Qt::SingleShotConnection);
+                }
+            } else if (parser.isSet(verify)) {
                 // The picture waits for the verdict (and for what it reveals to be laid out).
                 if (parser.isSet(screenshot)) QObject::connect(&window, &tv::ui::MainWindow::verificationFinished, &app, shoot, Qt::SingleShotConnection);
                 window.verify();

@@ -31,6 +31,10 @@
 #include "inspector.hpp"
 #include "gallery.hpp"
 #include "generate_dialog.hpp"
+#include "compare_window.hpp"
+#include "explore/verified_view.hpp"
+#include <QScrollBar>
+#include <QTreeWidget>
 #include "dual_view.hpp"
 #include "graph_view.hpp"
 #include "lesson_panel.hpp"
@@ -827,6 +831,99 @@ private slots:
         int shown = 0;
         for (auto* item : w.scene()->items()) shown += item->zValue() == 0.5 && item->isVisible();
         QCOMPARE(shown, edges);
+    }
+
+    // Compare a plan with its twin: both in one layout (an op both plans have sits at the same
+    // place in both panes), every difference ringed in the plan that has it (the bug's site among
+    // them), both verdicts side by side; picking a difference selects it and the panes stay in step.
+    void compareShowsBothVerdicts_data() {
+        QTest::addColumn<QString>("lesson");
+        QTest::newRow("tp-allreduce") << QStringLiteral("tp-allreduce");
+        QTest::newRow("ep-all-to-all") << QStringLiteral("ep-all-to-all");
+        QTest::newRow("pp-accumulation") << QStringLiteral("pp-accumulation");
+    }
+    void compareShowsBothVerdicts() {
+        QFETCH(QString, lesson);
+        MainWindow w;
+        QVERIFY(w.compareLesson(lesson));
+        auto* cmp = w.compareWindow();
+        QVERIFY(cmp);
+        QSignalSpy loaded(cmp, &CompareWindow::loaded);
+        QSignalSpy verified(cmp, &CompareWindow::verified);
+        QVERIFY(loaded.wait(120000));
+        const auto* a = cmp->scene(0)->loaded();
+        const auto* b = cmp->scene(1)->loaded();
+        QVERIFY(a && b);
+        QVERIFY(!cmp->changes().empty());
+        QCOMPARE(cmp->changeList()->topLevelItemCount(), static_cast<int>(cmp->changes().size()));
+        // One layout: the same node, the same rect.
+        int shared = 0;
+        for (std::size_t i = 0; i < a->view.nodes.size(); ++i)
+            for (std::size_t j = 0; j < b->view.nodes.size(); ++j) {
+                const auto& x = a->view.nodes[i];
+                const auto& y = b->view.nodes[j];
+                if (x.side != y.side || x.kind != y.kind || x.name != y.name) continue;
+                const auto& r = a->placed.nodeRects[i];
+                const auto& q = b->placed.nodeRects[j];
+                QVERIFY2(r.x == q.x && r.y == q.y && r.width == q.width && r.height == q.height, x.name.c_str());
+                ++shared;
+            }
+        QVERIFY(shared > 0);
+        QVERIFY(verified.wait(300000));
+        QVERIFY2(cmp->headline(0).startsWith(QStringLiteral("EQUIVALENT")), qPrintable(cmp->headline(0)));
+        QVERIFY2(cmp->headline(1).startsWith(QStringLiteral("NOT EQUIVALENT")), qPrintable(cmp->headline(1)));
+        // The bug's site is ringed in the twin (as changed, or as the failing op it became).
+        const auto& expect = b->verifiedPlan()->expect;
+        std::vector<std::string> sites;
+        if (expect.contains("bug") && expect["bug"].contains("site"))
+            for (const auto& s : expect["bug"]["site"]) sites.push_back(s.get<std::string>());
+        else if (expect.contains("failure")) sites.push_back(expect["failure"]["parallel_op"].get<std::string>());  // a hand-made twin
+        QVERIFY(!sites.empty());
+        for (const auto& site : sites) {
+            const OpId op = drawnOp(*b->plan, b->plan->parallel, site);
+            QVERIFY2(op != kNone, site.c_str());
+            const int node = nodeShowing(b->view, FindHit{ViewSide::Parallel, true, op, -1});
+            const auto mark = cmp->scene(1)->markOf(node);
+            QVERIFY2(mark == NodeMark::Changed || mark == NodeMark::FailingOp, site.c_str());
+        }
+        for (int side = 0; side < 2; ++side) {
+            int ringed = 0;
+            for (std::size_t c = 0; c < cmp->changes().size(); ++c) ringed += cmp->changeNode(side, c) >= 0;
+            QVERIFY(ringed > 0);
+        }
+        // Picking a difference selects it, in both plans when both have it; the panes stay in step.
+        for (std::size_t c = 0; c < cmp->changes().size(); ++c) {
+            cmp->changeList()->setCurrentItem(cmp->changeList()->topLevelItem(static_cast<int>(c)));
+            const int node = cmp->changeNode(1, c) >= 0 ? cmp->changeNode(1, c) : cmp->changeNode(0, c);
+            if (node < 0) continue;
+            const int side = cmp->changeNode(1, c) >= 0 ? 1 : 0;
+            QCOMPARE(cmp->scene(side)->selectedNode(), node);
+            if (cmp->changeNode(1 - side, c) >= 0) QCOMPARE(cmp->scene(1 - side)->selectedNode(), cmp->changeNode(1 - side, c));
+            QCOMPARE(cmp->pane(0)->horizontalScrollBar()->value(), cmp->pane(1)->horizontalScrollBar()->value());
+            QCOMPARE(cmp->pane(0)->verticalScrollBar()->value(), cmp->pane(1)->verticalScrollBar()->value());
+            QCOMPARE(cmp->pane(0)->zoom(), cmp->pane(1)->zoom());
+        }
+    }
+
+    // Bug > Compare with Original: the plan with a bug injected beside the plan it was made from;
+    // every op the bug edited is among the differences.
+    void compareWithTheOriginal() {
+        MainWindow w;
+        QVERIFY(openAndWait(w, example(QStringLiteral("mlp-tp2.json"))));
+        QVERIFY(!w.compareWithOriginal());  // no bug yet
+        QSignalSpy done(&w, &MainWindow::verificationFinished);
+        w.injectBug(QStringLiteral("tp-allreduce-identity"));
+        QVERIFY(done.wait(300000));
+        QVERIFY(w.mutant());
+        QVERIFY(w.compareWithOriginal());
+        auto* cmp = w.compareWindow();
+        QSignalSpy verified(cmp, &CompareWindow::verified);
+        QVERIFY(verified.wait(300000));
+        QStringList changed;
+        for (const auto& c : cmp->changes()) changed << QString::fromStdString(c.name);
+        for (const auto& op : w.mutant()->expect.edited) QVERIFY2(changed.contains(QString::fromStdString(op)), qPrintable(changed.join(QStringLiteral(", "))));
+        QVERIFY2(cmp->headline(0).startsWith(QStringLiteral("EQUIVALENT")), qPrintable(cmp->headline(0)));
+        QVERIFY2(cmp->headline(1).startsWith(QStringLiteral("NOT EQUIVALENT")), qPrintable(cmp->headline(1)));
     }
 
     // A bug that needs what the plan lacks is refused with the reason; nothing changes.

@@ -26,6 +26,11 @@ LessonPanel::LessonPanel(QWidget* parent) : QWidget(parent) {
     correctButton_ = new QPushButton(tr("Open the correct plan"), this);
     buttons->addWidget(buggyButton_);
     buttons->addWidget(correctButton_);
+    compareButton_ = new QPushButton(tr("Compare both"), this);
+    compareButton_->setObjectName(QStringLiteral("compareLesson"));
+    compareButton_->setToolTip(tr("The correct and the buggy plan side by side in one layout, what differs ringed, both verified"));
+    buttons->addWidget(compareButton_);
+    connect(compareButton_, &QPushButton::clicked, this, [this] { emit compareRequested(QString::fromStdString(lesson_.id)); });
     v->addWidget(title_);
     v->addWidget(which_);
     v->addWidget(body_, 1);
@@ -36,6 +41,7 @@ LessonPanel::LessonPanel(QWidget* parent) : QWidget(parent) {
     which_->setText(tr("File ▸ Example Gallery lists the guided lessons."));
     buggyButton_->setEnabled(false);
     correctButton_->setEnabled(false);
+    compareButton_->setEnabled(false);
 }
 
 void LessonPanel::showLesson(const Lesson& lesson, bool buggy) {
@@ -47,6 +53,7 @@ void LessonPanel::showLesson(const Lesson& lesson, bool buggy) {
     body_->setHtml(QString::fromStdString(lesson.explanation));
     buggyButton_->setEnabled(!buggy);
     correctButton_->setEnabled(buggy);
+    compareButton_->setEnabled(true);
 }
 
 QString LessonPanel::text() const { return title_->text() + QStringLiteral("\n") + which_->text() + QStringLiteral("\n") + body_->toPlainText(); }

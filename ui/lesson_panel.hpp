@@ -24,6 +24,8 @@ public:
 signals:
     /// The user asked for the lesson's other plan.
     void openRequested(const QString& lessonId, bool buggy);
+    /// The user asked to see the two plans side by side.
+    void compareRequested(const QString& lessonId);
 
 private:
     QLabel* title_;
@@ -31,6 +33,7 @@ private:
     QTextBrowser* body_;
     QPushButton* buggyButton_;
     QPushButton* correctButton_;
+    QPushButton* compareButton_;
     Lesson lesson_;
     bool shown_ = false;
 };

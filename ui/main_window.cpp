@@ -65,9 +65,8 @@ QString storedNoteFor(const Plan& drawn) {
         .arg(static_cast<qulonglong>(writtenOutCounts(drawn).ops));
 }
 
-/// The view of what is drawn, laid out.
-std::shared_ptr<LoadedPlan> layOut(std::shared_ptr<const session::OpenedPlan> opened, session::DrawnPlan drawn, ViewOptions options,
-                                   QString* error, const LayoutControl* control) {
+/// The view of what is drawn, not laid out yet.
+std::shared_ptr<LoadedPlan> viewOf(std::shared_ptr<const session::OpenedPlan> opened, session::DrawnPlan drawn, ViewOptions options) {
     QElapsedTimer t;
     t.start();
     auto lp = std::make_shared<LoadedPlan>();
@@ -79,16 +78,25 @@ std::shared_ptr<LoadedPlan> layOut(std::shared_ptr<const session::OpenedPlan> op
     lp->options = std::move(options);
     lp->view = buildPlanView(*lp->plan, lp->stages, lp->options);
     lp->viewSeconds = static_cast<double>(t.nsecsElapsed()) / 1e9;
+    lp->readSeconds = lp->opened->readSeconds;
+    lp->stageSeconds = drawn.stageSeconds;
+    lp->storedNote = storedNoteFor(*lp->plan);
+    return lp;
+}
+
+/// The view of what is drawn, laid out.
+std::shared_ptr<LoadedPlan> layOut(std::shared_ptr<const session::OpenedPlan> opened, session::DrawnPlan drawn, ViewOptions options,
+                                   QString* error, const LayoutControl* control) {
+    auto lp = viewOf(std::move(opened), std::move(drawn), std::move(options));
+    QElapsedTimer t;
+    t.start();
     lp->placed = placePlanView(lp->view, 240, control);
-    lp->layoutSeconds = static_cast<double>(t.nsecsElapsed()) / 1e9 - lp->viewSeconds;
+    lp->layoutSeconds = static_cast<double>(t.nsecsElapsed()) / 1e9;
     if (!lp->placed.error.empty()) {
         if (error) *error = QString::fromStdString(lp->placed.error);
         return nullptr;
     }
-    lp->readSeconds = lp->opened->readSeconds;
-    lp->stageSeconds = drawn.stageSeconds;
     lp->seconds = lp->readSeconds + lp->stageSeconds + lp->viewSeconds + lp->layoutSeconds;
-    lp->storedNote = storedNoteFor(*lp->plan);
     return lp;
 }
 
@@ -114,6 +122,36 @@ std::shared_ptr<LoadedPlan> loadPlan(const QString& path, const std::set<std::in
 std::shared_ptr<LoadedPlan> loadNnScalerPair(const QString& logicalPath, const QString& parallelPath, QString* error, std::size_t maxWrittenOutOps,
                                              const LayoutControl* control) {
     return loadOpened(session::openNnScalerPair(logicalPath.toStdString(), parallelPath.toStdString()), nullptr, error, maxWrittenOutOps, control);
+}
+
+LoadedTwins loadTwins(std::shared_ptr<const session::OpenedPlan> a, std::shared_ptr<const session::OpenedPlan> b, QString* error,
+                      std::size_t maxWrittenOutOps, const LayoutControl* control) {
+    LoadedTwins out;
+    // Both drawn with the same options (ranks folded as the first plan would be), so that one
+    // layout of their union serves both: the same op at the same place in both pictures.
+    auto drawnA = session::drawPlan(*a, maxWrittenOutOps);
+    auto drawnB = session::drawPlan(*b, maxWrittenOutOps);
+    ViewOptions options;
+    options.collapsedRanks = defaultCollapsedRanks(drawnA.plan->parallel.ops.size() >= drawnB.plan->parallel.ops.size() ? *drawnA.plan : *drawnB.plan);
+    auto la = viewOf(std::move(a), std::move(drawnA), options);
+    auto lb = viewOf(std::move(b), std::move(drawnB), options);
+    QElapsedTimer t;
+    t.start();
+    auto twins = placeTwins(la->view, lb->view, 240, control);
+    if (!twins.error.empty()) {
+        if (error) *error = QString::fromStdString(twins.error);
+        return out;
+    }
+    for (auto [lp, placed] : {std::pair{la.get(), &twins.a}, std::pair{lb.get(), &twins.b}}) {
+        lp->placed = std::move(*placed);
+        lp->layoutSeconds = static_cast<double>(t.nsecsElapsed()) / 1e9;
+        lp->seconds = lp->readSeconds + lp->stageSeconds + lp->viewSeconds + lp->layoutSeconds;
+    }
+    // What differs, by the names drawn (a plan drawn written out names its instances).
+    out.changes = diffPlans(*la->plan, *lb->plan);
+    out.a = std::move(la);
+    out.b = std::move(lb);
+    return out;
 }
 
 std::shared_ptr<LoadedPlan> loadOpenedPlan(std::shared_ptr<const session::OpenedPlan> opened, QString* error, std::size_t maxWrittenOutOps,
@@ -270,6 +308,13 @@ void MainWindow::buildMenus() {
         auto path = QFileDialog::getSaveFileName(this, tr("Export DOT"), QString(), tr("Graphviz DOT (*.dot *.gv)"));
         if (!path.isEmpty() && !exportDot(path)) QMessageBox::warning(this, tr("Export"), tr("Could not write %1").arg(path));
     });
+    file->addSeparator();
+    file->addAction(tr("Co&mpare With..."), this, [this] {
+        if (!scene_->loaded()) return;
+        auto path = QFileDialog::getOpenFileName(this, tr("Compare the plan on screen with"), QFileInfo(currentPath_).absolutePath(),
+                                                 tr("TrainVerify plans (*.json)"));
+        if (!path.isEmpty()) compareWithFile(path);
+    })->setObjectName(QStringLiteral("compareWith"));
     file->addSeparator();
     file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
 

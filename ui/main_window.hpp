@@ -6,6 +6,7 @@
 #pragma once
 
 #include <QMainWindow>
+#include <QPointer>
 
 #include <atomic>
 #include <chrono>
@@ -15,6 +16,7 @@
 
 #include "find_model.hpp"
 #include "job_tracker.hpp"
+#include "explore/plan_twins.hpp"
 #include "plan_scene.hpp"
 #include "explore/lessons.hpp"
 #include "generate/generator.hpp"
@@ -31,6 +33,7 @@ class QToolButton;
 
 namespace tv::ui {
 
+class CompareWindow;
 class DualView;
 class GraphView;
 class Minimap;
@@ -57,6 +60,15 @@ std::shared_ptr<LoadedPlan> loadPlan(const QString& path, const std::set<std::in
 std::shared_ptr<LoadedPlan> loadNnScalerPair(const QString& logicalPath, const QString& parallelPath, QString* error,
                                              std::size_t maxWrittenOutOps = kMaxWrittenOutOps, const LayoutControl* control = nullptr);
 /// The same for a plan already opened (generated, or with a bug injected).
+/// Two plans to compare (a plan and its twin), drawn with the same options and placed in one
+/// layout of their union (placeTwins), with the ops that differ between the plans drawn.
+struct LoadedTwins {
+    std::shared_ptr<LoadedPlan> a, b;
+    std::vector<OpChange> changes;
+    bool ok() const { return a && b; }
+};
+LoadedTwins loadTwins(std::shared_ptr<const session::OpenedPlan> a, std::shared_ptr<const session::OpenedPlan> b, QString* error,
+                      std::size_t maxWrittenOutOps = kMaxWrittenOutOps, const LayoutControl* control = nullptr);
 std::shared_ptr<LoadedPlan> loadOpenedPlan(std::shared_ptr<const session::OpenedPlan> opened, QString* error,
                                            std::size_t maxWrittenOutOps = kMaxWrittenOutOps, const LayoutControl* control = nullptr);
 /// The plan on screen laid out again with other options (after expanding or collapsing ranks):
@@ -115,6 +127,14 @@ public:
     /// Opens a lesson's buggy (or correct) plan with its explanation beside the graphs.
     bool openLesson(const QString& id, bool buggy = true);
     LessonPanel* lessonPanel() const { return lessonPanel_; }
+    /// Compares two plans in the compare window (one layout, differences ringed, both verified):
+    /// a lesson's correct plan with its buggy twin; the plan on screen with a bug injected with
+    /// the plan it was made from; the plan on screen with another file.
+    bool compareLesson(const QString& id);
+    bool compareWithOriginal();
+    bool compareWithFile(const QString& path);
+    /// The compare window, once one was opened (null before).
+    CompareWindow* compareWindow() const;
     /// Injects a catalog bug into a copy of the plan on screen (in the background), opens the
     /// copy and verifies it; emits bugInjected, then verificationFinished.
     void injectBug(const QString& bug, const bugs::MutateOptions& options = {});
@@ -268,6 +288,11 @@ private:
     LessonPanel* lessonPanel_ = nullptr;
     QDockWidget* lessonDock_ = nullptr;
     std::vector<Lesson> lessons_;
+    QPointer<CompareWindow> compare_;
+    CompareWindow* ensureCompareWindow();
+    /// The plan a bug was injected into (Bug > Compare with Original), while its copy is on screen.
+    std::shared_ptr<const session::OpenedPlan> original_;
+    QAction* compareOriginalAction_ = nullptr;
     std::optional<Lesson> pendingLesson_;  ///< opened, its plan not yet on screen
     QString bugVerdict_;
     QAction* removeBugAction_ = nullptr;

@@ -26,6 +26,9 @@ void MainWindow::buildBugMenu() {
         if (!currentLogical_.isEmpty()) openNnScalerPair(currentLogical_, currentPath_);
         else if (!currentPath_.isEmpty()) openPlan(currentPath_);
     });
+    compareOriginalAction_ = menu->addAction(tr("&Compare with Original"), this, [this] { compareWithOriginal(); });
+    compareOriginalAction_->setObjectName(QStringLiteral("compareWithOriginal"));
+    compareOriginalAction_->setToolTip(tr("The plan with the bug beside the plan it was made from, in one layout, the edit ringed"));
     saveBugAction_ = menu->addAction(tr("&Save Buggy Plan As..."), this, [this] {
         auto m = mutant();
         if (!m) return;
@@ -93,6 +96,7 @@ void MainWindow::injectBug(const QString& bug, const bugs::MutateOptions& option
             return;
         }
         auto copy = injected.opened;
+        original_ = opened->mutant ? original_ : opened;  // a bug on a bug compares with the plan before both
         startJob([copy](QString* error, const LayoutControl* control) { return loadOpenedPlan(copy, error, kMaxWrittenOutOps, control); },
                  tr("Opening the plan with %1").arg(bug));
     }, JobTracker::Delivery::Always);

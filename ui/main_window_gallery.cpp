@@ -29,6 +29,7 @@ void MainWindow::buildLessons() {
     if (auto* inspectorDock = findChild<QDockWidget*>(QStringLiteral("inspector"))) tabifyDockWidget(inspectorDock, lessonDock_);
     lessonDock_->hide();
     connect(lessonPanel_, &LessonPanel::openRequested, this, [this](const QString& lessonId, bool buggy) { openLesson(lessonId, buggy); });
+    connect(lessonPanel_, &LessonPanel::compareRequested, this, [this](const QString& lessonId) { compareLesson(lessonId); });
 }
 
 bool MainWindow::openLesson(const QString& id, bool buggy) {

@@ -95,6 +95,7 @@ void MainWindow::updateVerifyActions() {
     exportJsonAction_->setEnabled(report_ != nullptr);
     if (removeBugAction_) removeBugAction_->setEnabled(mutant() != nullptr);
     if (saveBugAction_) saveBugAction_->setEnabled(mutant() != nullptr);
+    if (compareOriginalAction_) compareOriginalAction_->setEnabled(mutant() != nullptr && original_ != nullptr);
     exportHtmlAction_->setEnabled(report_ != nullptr);
 }
 

@@ -121,6 +121,7 @@ public:
                                 : mark_ == NodeMark::Counterpart ? QColor(239, 108, 0)
                                 : mark_ == NodeMark::OtherEnd ? QColor(142, 36, 170)
                                 : mark_ == NodeMark::Injected ? QColor(120, 20, 20)
+                                : mark_ == NodeMark::Changed  ? QColor(216, 27, 96)
                                                               : QColor(30, 136, 229);
             p->setPen(QPen(ring, mark_ == NodeMark::FailingOp ? 4 : 3,
                            mark_ == NodeMark::OtherEnd ? Qt::DashLine : mark_ == NodeMark::Injected ? Qt::DotLine : Qt::SolidLine));
@@ -642,6 +643,7 @@ void PlanScene::setMarks(const std::vector<std::pair<int, NodeMark>>& marks) {
                    : k == NodeMark::Counterpart ? 4
                    : k == NodeMark::OtherEnd    ? 3
                    : k == NodeMark::Injected    ? 2
+                   : k == NodeMark::Changed     ? 2
                    : k == NodeMark::Focus       ? 1
                                                 : 0;
         };

@@ -53,7 +53,7 @@ struct LoadedPlan {
 };
 
 /// Marks that outlive the selection: where verification failed, and what the user focused.
-enum class NodeMark : std::uint8_t { None, Focus, FailingOp, Counterpart, OtherEnd, Injected };
+enum class NodeMark : std::uint8_t { None, Focus, FailingOp, Counterpart, OtherEnd, Injected, Changed };
 
 class NodeItem;
 class GroupItem;
