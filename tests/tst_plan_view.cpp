@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "bugs/bug_catalog.hpp"
+#include "explore/pane_alignment.hpp"
 #include "explore/plan_twins.hpp"
 #include "helper_process_main.hpp"
 #include "layout/layered_layout.hpp"
@@ -652,6 +653,147 @@ private slots:
                 QCOMPARE(again.nodeCenters[i].x, res.nodeCenters[i].x);
                 QCOMPARE(again.nodeCenters[i].y, res.nodeCenters[i].y);
             }
+        }
+    }
+
+    /// A box inside a layer's band shows its name without the prefix the band already says, at a
+    /// segment boundary only; its tooltip keeps the full name and says the rank, the slice it
+    /// holds and how.
+    void foldLayerPrefixes_data() {
+        QTest::addColumn<QString>("name");
+        QTest::addColumn<QString>("layer");
+        QTest::addColumn<QString>("shown");
+        const QString e = QString(QChar(0x2026));
+        QTest::newRow("layer") << "layers.20.feed_forward.w1.matmul@r0" << "layers.20" << e + "feed_forward.w1.matmul@r0";
+        QTest::newRow("backward") << "bw.layers.3.attention.wq" << "layers.3" << "bw." + e + "attention.wq";
+        QTest::newRow("gpt2") << "h.0.mlp.c_fc" << "h.0" << e + "mlp.c_fc";
+        QTest::newRow("not a prefix of 20") << "layers.20.x" << "layers.2" << "layers.20.x";
+        QTest::newRow("not 2 of 20") << "layers.2.x" << "layers.20" << "layers.2.x";
+        QTest::newRow("inside a word") << "xlayers.2.y" << "layers.2" << "xlayers.2.y";
+        QTest::newRow("nothing after") << "layers.2." << "layers.2" << "layers.2.";
+        QTest::newRow("the layer itself") << "layers.2" << "layers.2" << "layers.2";
+        QTest::newRow("second occurrence") << "xlayers.2.layers.2.q" << "layers.2" << "xlayers.2." + e + "q";
+    }
+    void foldLayerPrefixes() {
+        QFETCH(QString, name);
+        QFETCH(QString, layer);
+        QFETCH(QString, shown);
+        QCOMPARE(QString::fromStdString(foldLayerPrefix(name.toStdString(), layer.toStdString())), shown);
+    }
+
+    void nodesSayWhatTheyAre() {
+        const auto plan = load(QStringLiteral("llama3-tp2-sp.json"));
+        ViewOptions options;
+        options.collapseLayersAbove = 0;
+        auto stages = cutStages(*plan);
+        // Expand every layer: the bands are drawn, their boxes fold the band's prefix.
+        auto folded = buildPlanView(*plan, stages, options);
+        for (const auto& l : folded.layers) options.expandedLayers.insert(l.key);
+        const auto view = buildPlanView(*plan, stages, options);
+        int shortened = 0, lineage = 0;
+        for (std::size_t n = 0; n < view.nodes.size(); ++n) {
+            const auto& node = view.nodes[n];
+            const auto facts = describeNode(*plan, view, static_cast<int>(n));
+            QVERIFY(!facts.empty());
+            QCOMPARE(facts.front(), node.name);
+            if (node.layer >= 0 && (node.kind == ViewNodeKind::Op || node.kind == ViewNodeKind::Tensor)) {
+                const auto& layer = view.layers[node.layer].layer;
+                QVERIFY(view.layers[node.layer].group >= 0);
+                if (node.name.find(layer + ".") != std::string::npos) {
+                    QVERIFY2(!node.shown.empty() && node.shown.find(layer + ".") == std::string::npos, node.name.c_str());
+                    ++shortened;
+                }
+            }
+            if (node.side == ViewSide::Parallel && node.kind == ViewNodeKind::Op && plan->parallel.ops[node.id].rank >= 0) {
+                const auto r = plan->parallel.ops[node.id].rank;
+                QVERIFY(std::any_of(facts.begin(), facts.end(), [&](const std::string& f) { return f.rfind("rank " + std::to_string(r), 0) == 0; }));
+            }
+            if (node.side == ViewSide::Parallel && node.kind == ViewNodeKind::Tensor) {
+                for (const auto& e : view.lineage)
+                    if (e.parallel == static_cast<int>(n)) {
+                        const std::string holds = "holds " + view.nodes[e.logical].name + "[";
+                        QVERIFY2(std::any_of(facts.begin(), facts.end(), [&](const std::string& f) {
+                                     return f.rfind(holds, 0) == 0 && f.find(std::string(toString(e.kind))) != std::string::npos &&
+                                            (e.coeff.isOne() || f.find("coefficient " + e.coeff.toString()) != std::string::npos);
+                                 }),
+                                 node.name.c_str());
+                        ++lineage;
+                        break;
+                    }
+            }
+        }
+        QVERIFY(shortened > 10);
+        QVERIFY(lineage > 4);
+    }
+
+    /// The two panes: each side's extent holds everything drawn for that side and nothing of the
+    /// other's; the stage alignment is strictly increasing on both sides, maps each anchor exactly
+    /// onto its partner, is its own inverse, and keeps going up between and beyond the anchors.
+    void panesAlignByStage_data() {
+        QTest::addColumn<QString>("file");
+        QTest::addColumn<bool>("collapsed");
+        for (const auto& f : QDir(QStringLiteral(TV_SOURCE_DIR "/resources/examples")).entryList({QStringLiteral("*.json")}, QDir::Files, QDir::Name)) {
+            QTest::newRow(qPrintable(f)) << f << false;
+            QTest::newRow(qPrintable(f + QStringLiteral(" ranks collapsed"))) << f << true;
+        }
+    }
+    void panesAlignByStage() {
+        QFETCH(QString, file);
+        QFETCH(bool, collapsed);
+        auto plan = load(file);
+        ViewOptions options;
+        if (collapsed)
+            for (std::int32_t r = 0; r < static_cast<std::int32_t>(plan->ranks.size()); ++r) options.collapsedRanks.insert(r);
+        const auto view = buildPlanView(*plan, cutStages(*plan), options);
+        const auto placed = placePlanView(view);
+        QVERIFY(placed.error.empty());
+        const Rect sides[2] = {sideExtent(view, placed, ViewSide::Logical), sideExtent(view, placed, ViewSide::Parallel)};
+        auto inside = [](const Rect& r, const Rect& box) {
+            return r.x >= box.x - 1e-6 && r.y >= box.y - 1e-6 && r.x + r.width <= box.x + box.width + 1e-6 && r.y + r.height <= box.y + box.height + 1e-6;
+        };
+        auto overlaps = [](const Rect& a, const Rect& b) {
+            return a.x < b.x + b.width && b.x < a.x + a.width && a.y < b.y + b.height && b.y < a.y + a.height;
+        };
+        for (std::size_t n = 0; n < view.nodes.size(); ++n) {
+            const int mine = view.nodes[n].side == ViewSide::Logical ? 0 : 1;
+            QVERIFY2(inside(placed.nodeRects[n], sides[mine]), view.nodes[n].name.c_str());
+            const auto& r = placed.nodeRects[n];
+            const auto& o = sides[1 - mine];
+            QVERIFY2(!overlaps(r, o), qPrintable(QStringLiteral("%1 at x %2..%3 y %4..%5; the other side x %6..%7 y %8..%9")
+                                                    .arg(QString::fromStdString(view.nodes[n].name)).arg(r.x).arg(r.x + r.width).arg(r.y).arg(r.y + r.height)
+                                                    .arg(o.x).arg(o.x + o.width).arg(o.y).arg(o.y + o.height)));
+        }
+        for (std::size_t g = 0; g < view.groups.size(); ++g)
+            QVERIFY(inside(placed.groupRects[g], sides[view.groups[g].side == ViewSide::Logical ? 0 : 1]));
+        for (std::size_t k = 0; k < placed.dataflowPaths.size(); ++k)
+            for (const auto& p : placed.dataflowPaths[k])
+                QVERIFY(inside(Rect{p.x, p.y, 0, 0}, sides[k < view.logicalEdges.size() ? 0 : 1]));
+        const auto align = alignStages(view, placed);
+        int both = 0;
+        for (const auto& nodes : view.stageNodes) {
+            bool l = false, p = false;
+            for (int n : nodes) (view.nodes[n].side == ViewSide::Logical ? l : p) = true;
+            both += l && p;
+        }
+        if (both > 0) QVERIFY(!align.anchors.empty());
+        for (std::size_t i = 0; i < align.anchors.size(); ++i) {
+            const auto& a = align.anchors[i];
+            if (i > 0) {
+                QVERIFY(a.logicalY > align.anchors[i - 1].logicalY);
+                QVERIFY(a.parallelY > align.anchors[i - 1].parallelY);
+            }
+            QCOMPARE(align.toParallel(a.logicalY), a.parallelY);
+            QCOMPARE(align.toLogical(a.parallelY), a.logicalY);
+            QVERIFY(a.stage < view.stageNodes.size());
+        }
+        double previous = -1e300;
+        const double top = sides[0].y - 200, bottom = sides[0].y + sides[0].height + 200;
+        for (int i = 0; i <= 400; ++i) {
+            const double y = top + (bottom - top) * i / 400;
+            const double mapped = align.toParallel(y);
+            QVERIFY(mapped > previous);
+            previous = mapped;
+            QVERIFY(std::abs(align.toLogical(mapped) - y) < 1e-6 * std::max(1.0, std::abs(y)));
         }
     }
 

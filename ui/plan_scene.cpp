@@ -2,6 +2,8 @@
 
 #include <QGraphicsPathItem>
 #include <QFontMetricsF>
+#include <QToolTip>
+#include <QGraphicsSceneHelpEvent>
 #include <QGraphicsSceneContextMenuEvent>
 #include <QGraphicsSceneMouseEvent>
 #include <QGraphicsSimpleTextItem>
@@ -57,22 +59,20 @@ class NodeItem : public QGraphicsItem {
 public:
     NodeItem(PlanScene* scene, int node, const ViewNode& n, QRectF rect, bool collective)
         : scene_(scene), node_(node), rect_(rect), kind_(n.kind), side_(n.side), collective_(collective),
-          stage_(n.stage), title_(QString::fromStdString(n.name)), subtitle_(QString::fromStdString(n.label)) {
+          stage_(n.stage), title_(QString::fromStdString(n.shown.empty() ? n.name : n.shown)), subtitle_(QString::fromStdString(n.label)) {
         setFlag(ItemIsSelectable);
-        updateToolTip();
         setZValue(2);
     }
-    /// The full name (the box may show it shortened), what it is, its stage and, once verified,
-    /// that stage's status.
-    void updateToolTip() {
-        QString tip = title_;
-        if (!subtitle_.isEmpty()) tip += QStringLiteral("\n") + subtitle_;
+    /// The tooltip's last lines: its stage and, once verified, that stage's status (the facts
+    /// above them are PlanScene::nodeToolTip's, computed when asked: 88,000 nodes' would not be).
+    QString stageLine() const {
+        QString tip;
         if (stage_ != kNone) {
             tip += QObject::tr("\nstage %1").arg(stage_);
             if (status_ >= 0) tip += QStringLiteral(": ") + statusText(static_cast<StageStatus>(status_));
         }
         if (kind_ == ViewNodeKind::CollapsedRank || kind_ == ViewNodeKind::CollapsedLayer) tip += QObject::tr("\ndouble-click to expand");
-        setToolTip(tip);
+        return tip;
     }
     /// The title as painted: shortened in the middle, with an ellipsis, to the box's width.
     QString shownTitle(const QFontMetricsF& fm) const { return fm.elidedText(title_, Qt::ElideMiddle, rect_.width() - 8); }
@@ -81,7 +81,6 @@ public:
     void setStatus(int s) {
         if (s != status_) {
             status_ = s;
-            updateToolTip();
             update();
         }
     }
@@ -546,6 +545,24 @@ void PlanScene::updateLineageVisibility() {
         item->setOpacity(selected_ >= 0 && !touches ? 0.25 : 1.0);
     }
     emit lineageChanged();
+}
+
+QString PlanScene::nodeToolTip(int node) const {
+    if (!loaded_ || node < 0 || node >= static_cast<int>(nodes_.size())) return {};
+    QStringList lines;
+    for (const auto& line : describeNode(*loaded_->plan, loaded_->view, node))
+        if (!line.empty()) lines << QString::fromStdString(line);
+    return lines.join(QLatin1Char('\n')) + static_cast<NodeItem*>(nodes_[node])->stageLine();
+}
+
+void PlanScene::helpEvent(QGraphicsSceneHelpEvent* e) {
+    for (auto* item : items(e->scenePos()))
+        if (auto* node = dynamic_cast<NodeItem*>(item)) {
+            QToolTip::showText(e->screenPos(), nodeToolTip(node->node()), e->widget());
+            e->accept();
+            return;
+        }
+    QGraphicsScene::helpEvent(e);
 }
 
 bool PlanScene::nodePassesFilter(int node) const {

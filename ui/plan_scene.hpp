@@ -96,6 +96,8 @@ public:
     bool nodePassesFilter(int node) const;
     /// A node's name as painted in its box (shortened in the middle to fit), and the font it is painted in.
     QString shownTitle(int node) const;
+    /// What hovering a node shows: its full name, kind, rank, slice and coefficient, stage and status.
+    QString nodeToolTip(int node) const;
     QFont titleFont() const;
     /// The opacity a dataflow edge is drawn with (logical edges, then parallel; -1: not drawn).
     double dataflowOpacity(std::size_t edge) const;
@@ -125,6 +127,7 @@ signals:
 protected:
     void mouseDoubleClickEvent(QGraphicsSceneMouseEvent* e) override;
     void contextMenuEvent(QGraphicsSceneContextMenuEvent* e) override;
+    void helpEvent(QGraphicsSceneHelpEvent* e) override;
 
 private:
     void onSelectionChanged();

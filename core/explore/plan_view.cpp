@@ -37,6 +37,16 @@ std::string layerOfName(std::string_view name) {
     return {};
 }
 
+std::string foldLayerPrefix(std::string_view name, std::string_view layer) {
+    if (layer.empty()) return std::string(name);
+    for (std::size_t at = name.find(layer); at != std::string_view::npos; at = name.find(layer, at + 1)) {
+        const std::size_t end = at + layer.size();
+        if ((at == 0 || name[at - 1] == '.') && end < name.size() && name[end] == '.' && end + 1 < name.size())
+            return std::string(name.substr(0, at)) + "\u2026" + std::string(name.substr(end + 1));
+    }
+    return std::string(name);
+}
+
 std::string layerKey(ViewSide side, std::int32_t rank, std::int32_t microbatch, const std::string& layer, Phase phase) {
     std::string key = side == ViewSide::Logical ? "logical" : "rank " + std::to_string(rank);
     if (microbatch >= 0) key += " mb " + std::to_string(microbatch);
@@ -179,7 +189,9 @@ PlacedView placePlanView(const PlanView& view, double gap, const LayoutControl* 
                 } else {
                     Point p0{a.x + a.width, a.y + a.height / 2}, p1{b.x + b.width, b.y + b.height / 2};
                     const double bow = 40 + std::min(400.0, std::abs(p1.y - p0.y) / 6);
-                    const double right = std::max(p0.x, p1.x) + bow;
+                    // Never past half the gap: the other side begins there (and its own pane).
+                    const Rect& side = view.nodes[e.from].side == ViewSide::Logical ? out.logicalBounds : out.parallelBounds;
+                    const double right = std::min(std::max(p0.x, p1.x) + bow, std::max(std::max(p0.x, p1.x) + 20, side.x + side.width + gap / 2));
                     path = {p0, {right, p0.y}, {right, p1.y}, p1};
                 }
                 out.dataflowTips[k] = path.back();
@@ -247,6 +259,67 @@ void bundleCollapsedRankEdges(const PlanView& view, PlacedView& placed) {
             placed.dataflowTips[k] = {};
         }
     }
+}
+
+std::vector<std::string> describeNode(const Plan& plan, const PlanView& view, int node, std::size_t maxLineage) {
+    std::vector<std::string> out;
+    if (node < 0 || static_cast<std::size_t>(node) >= view.nodes.size()) return out;
+    const auto& n = view.nodes[node];
+    const Graph& g = n.side == ViewSide::Logical ? plan.logical : plan.parallel;
+    out.push_back(n.name);
+    out.push_back(n.label);
+    auto rankLine = [&](std::int32_t r) {
+        std::string coords = plan.coordinates(r);
+        return "rank " + std::to_string(r) + (coords.empty() ? "" : " (" + coords + ")");
+    };
+    if (n.kind == ViewNodeKind::Op && n.side == ViewSide::Parallel) {
+        const auto& op = g.ops[n.id];
+        if (op.group != kNone && op.group < plan.groups.size()) {
+            std::string ranks;
+            for (auto r : plan.groups[op.group]) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+            out.push_back("collective over ranks " + ranks + "; drawn on " + rankLine(g.homeRank(n.id)));
+        } else if (op.rank >= 0) {
+            out.push_back(rankLine(op.rank));
+        }
+        if (op.microbatch >= 0) out.push_back("microbatch " + std::to_string(op.microbatch));
+        out.push_back("phase " + std::string(toString(op.phase)));
+    } else if (n.kind == ViewNodeKind::Op) {
+        out.push_back("phase " + std::string(toString(g.ops[n.id].phase)));
+    } else if (n.kind == ViewNodeKind::Tensor) {
+        const auto& t = g.tensors[n.id];
+        if (n.side == ViewSide::Parallel && t.rank >= 0) out.push_back(rankLine(t.rank));
+        if (t.microbatch >= 0) out.push_back("microbatch " + std::to_string(t.microbatch));
+        std::size_t shown = 0, total = 0;
+        for (const auto& e : view.lineage) {
+            if ((n.side == ViewSide::Parallel ? e.parallel : e.logical) != node) continue;
+            ++total;
+            if (shown >= maxLineage) continue;
+            ++shown;
+            // The slice: the box of the record's slice whose copies name this parallel tensor.
+            const TensorId pt = view.nodes[e.parallel].id;
+            std::string box;
+            if (e.record < plan.lineage.size())
+                for (const auto& s : plan.lineage[e.record].slices) {
+                    for (const auto& copy : s.copies)
+                        for (const auto& term : copy)
+                            if (term.tensor == pt && box.empty()) box = s.box.toString();
+                    if (!box.empty()) break;
+                }
+            const std::string how = std::string(toString(e.kind)) + (e.coeff.isOne() ? "" : ", coefficient " + e.coeff.toString());
+            if (n.side == ViewSide::Parallel)
+                out.push_back("holds " + view.nodes[e.logical].name + box + " (" + how + ")");
+            else
+                out.push_back(box.empty() ? "held by " + view.nodes[e.parallel].name + " (" + how + ")"
+                                          : box + " held by " + view.nodes[e.parallel].name + " (" + how + ")");
+        }
+        if (total > shown) out.push_back("and " + std::to_string(total - shown) + " more lineage edges");
+    } else if (n.kind == ViewNodeKind::CollapsedRank) {
+        out.push_back(rankLine(static_cast<std::int32_t>(n.id)) + ", folded");
+    } else if (n.kind == ViewNodeKind::CollapsedLayer) {
+        const auto& l = view.layers[n.id];
+        out.push_back(std::to_string(l.ops) + " ops folded" + (l.rank >= 0 ? " on " + rankLine(l.rank) : std::string()));
+    }
+    return out;
 }
 
 bool ViewFilter::empty() const {
@@ -445,7 +518,8 @@ PlanView buildPlanView(const Plan& plan, const StagePlan& stages, const ViewOpti
         n.stage = stage;
         n.group = group;
         n.layer = layer;
-        n.width = labelWidth(n.name, n.label);
+        if (layer >= 0) n.shown = foldLayerPrefix(n.name, v.layers[layer].layer);
+        n.width = labelWidth(n.shown.empty() ? n.name : n.shown, n.label);
         n.height = 30;
         return addNode(std::move(n));
     };
@@ -459,7 +533,8 @@ PlanView buildPlanView(const Plan& plan, const StagePlan& stages, const ViewOpti
         n.stage = stage;
         n.group = group;
         n.layer = layer;
-        n.width = labelWidth(n.name, n.label) - 4;
+        if (layer >= 0) n.shown = foldLayerPrefix(n.name, v.layers[layer].layer);
+        n.width = labelWidth(n.shown.empty() ? n.name : n.shown, n.label) - 4;
         n.height = 26;
         return addNode(std::move(n));
     };

@@ -32,6 +32,9 @@ struct ViewNode {
     std::uint32_t id = kNone;       ///< OpId, TensorId, rank for a collapsed rank, PlanView::layers index for a collapsed layer
     std::string label;              ///< op kind, tensor name, or rank summary
     std::string name;               ///< op or tensor id
+    /// What the box shows: the name, with the layer prefix its band already says folded away
+    /// ("…feed_forward.w1.matmul@r0" in the band "layers.20 · forward"). Empty: the name.
+    std::string shown;
     int group = -1;                 ///< index into PlanView::groups
     std::uint32_t stage = kNone;    ///< the stage that proves this op or tensor, if any
     int layer = -1;                 ///< PlanView::layers index of the layer group it belongs to, if any
@@ -91,6 +94,11 @@ struct ViewLayer {
 /// The layer a name belongs to: "layers.3" for "bw.layers.3.attention.wq.matmul", "h.0" for
 /// "h.0.mlp.c_fc"; empty when the name is in no numbered layer (layers, layer, h, blocks, block).
 std::string layerOfName(std::string_view name);
+/// `name` without the layer prefix that the band around it already shows: the segments of
+/// `layer` ("layers.20") at a segment boundary, followed by a dot, become "…"
+/// ("bw.layers.20.attention.wq" -> "bw.…attention.wq"). Unchanged when `layer` is not there
+/// ("layers.2" in "layers.20.x" is not).
+std::string foldLayerPrefix(std::string_view name, std::string_view layer);
 /// How ViewOptions names a layer group.
 std::string layerKey(ViewSide side, std::int32_t rank, std::int32_t microbatch, const std::string& layer, Phase phase);
 
@@ -163,6 +171,13 @@ struct ViewFilter {
 };
 
 bool passesFilter(const Plan& plan, const PlanView& view, int node, const ViewFilter& filter);
+
+/// What a node's tooltip says, one fact a line: its full name and kind (or shape); for a parallel
+/// node its rank and coordinates (a collective: its group), microbatch; for a tensor with
+/// lineage, the slice of the logical tensor it holds, how (shard, replica, partial sum) and with
+/// what coefficient (a logical tensor: by how many parallel tensors); for a fold, what it holds.
+/// The stage and its status are the caller's (they change as verification runs).
+std::vector<std::string> describeNode(const Plan& plan, const PlanView& view, int node, std::size_t maxLineage = 6);
 
 /// Ranks to collapse by default so a large plan opens quickly (empty when the plan is small).
 std::set<std::int32_t> defaultCollapsedRanks(const Plan& plan, std::size_t maxExpandedOps = 1500);
