@@ -541,7 +541,7 @@ private slots:
         QTest::addColumn<int>("kind");  // 0 collapsed rank, 1 parallel op, 2 logical tensor
         QTest::addColumn<QStringList>("actions");
         QTest::newRow("collapsed rank") << 0 << QStringList{"expand", "lineage", "copyName"};
-        QTest::newRow("parallel op") << 1 << QStringList{"collapse", "lineage", "copyName", "goToStage"};
+        QTest::newRow("parallel op") << 1 << QStringList{"collapse", "lineage", "copyName", "goToStage", "injectHere"};
         QTest::newRow("logical tensor") << 2 << QStringList{"lineage", "copyName"};
     }
     void nodeContextMenuActions() {

@@ -926,6 +926,36 @@ private slots:
         QVERIFY2(cmp->headline(1).startsWith(QStringLiteral("NOT EQUIVALENT")), qPrintable(cmp->headline(1)));
     }
 
+    // Inject Bug Here: the dialog offers the bugs that have a site at the op (and only those are
+    // marked), chooses the first with that site, and the bug is injected there.
+    void injectBugHereChoosesTheOp() {
+        MainWindow w;
+        QVERIFY(openAndWait(w, example(QStringLiteral("mlp-tp2.json"))));
+        BugDialog dlg(w.scene()->loaded()->verifiedPlan(), &w);
+        QSignalSpy atFound(&dlg, &BugDialog::bugsAtFound);
+        QSignalSpy sites(&dlg, &BugDialog::sitesFound);
+        dlg.preferAt(QStringLiteral("fc2_allreduce"));
+        QVERIFY(atFound.wait(60000));
+        QVERIFY2(dlg.bugsAt().contains(QStringLiteral("tp-allreduce-identity")), qPrintable(dlg.bugsAt().join(QStringLiteral(", "))));
+        // Each bug offered has a site at the op; each one not offered has none.
+        const auto plan = w.scene()->loaded()->verifiedPlan();
+        for (const auto& b : bugs::catalog()) {
+            const auto found = bugs::findSites(*plan, b.name);
+            bool here = false;
+            for (const auto& s : found.sites) here = here || std::find(s.ops.begin(), s.ops.end(), "fc2_allreduce") != s.ops.end();
+            QCOMPARE(dlg.bugsAt().contains(QString::fromLatin1(b.name.data(), static_cast<int>(b.name.size()))), here);
+        }
+        if (sites.isEmpty()) QVERIFY(sites.wait(60000));
+        QVERIFY(dlg.sitesReady());
+        QCOMPARE(dlg.bug(), dlg.bugsAt().front());
+        QCOMPARE(QString::fromStdString(dlg.options().at), QStringLiteral("fc2_allreduce"));
+        QSignalSpy done(&w, &MainWindow::verificationFinished);
+        w.injectBug(dlg.bug(), dlg.options());
+        QVERIFY(done.wait(300000));
+        QVERIFY(w.mutant());
+        QVERIFY(std::find(w.mutant()->site.ops.begin(), w.mutant()->site.ops.end(), "fc2_allreduce") != w.mutant()->site.ops.end());
+    }
+
     // A bug that needs what the plan lacks is refused with the reason; nothing changes.
     void bugThatDoesNotApplyIsRefused() {
         MainWindow w;

@@ -10,6 +10,8 @@
 #include <QTreeWidget>
 #include <QVBoxLayout>
 
+#include "model/instance_names.hpp"
+
 namespace tv::ui {
 
 BugDialog::BugDialog(std::shared_ptr<const Plan> plan, QWidget* parent) : QDialog(parent), plan_(std::move(plan)) {
@@ -111,6 +113,13 @@ void BugDialog::onSites(SitesResult result) {
     for (const auto& s : sites_)
         site_->addItem(QString::fromStdString(s.ops.empty() ? std::string("?") : s.ops.front()), QString::fromStdString(s.detail));
     for (int i = 0; i < site_->count(); ++i) site_->setItemData(i, site_->itemData(i), Qt::ToolTipRole);
+    // Inject Bug Here: the site at the op asked for, when this bug has one.
+    if (!preferredOp_.isEmpty())
+        for (std::size_t i = 0; i < sites_.size(); ++i)
+            if (std::find(sites_[i].ops.begin(), sites_[i].ops.end(), preferredOp_.toStdString()) != sites_[i].ops.end()) {
+                site_->setCurrentIndex(static_cast<int>(i));
+                break;
+            }
     if (!error.isEmpty()) status_->setText(tr("<span style=\"color:#c62828\">Does not apply here: %1</span>").arg(error.toHtmlEscaped()));
     else if (sites_.empty()) status_->setText(tr("<span style=\"color:#c62828\">No place in this plan to inject it.</span>"));
     else status_->setText(tr("%n place(s) in this plan.", nullptr, static_cast<int>(sites_.size())));
@@ -151,6 +160,50 @@ bugs::MutateOptions BugDialog::options() const {
     if (i >= 0 && i < static_cast<int>(sites_.size()) && !sites_[static_cast<std::size_t>(i)].ops.empty()) o.at = sites_[static_cast<std::size_t>(i)].ops.front();
     o.rank = rank_->currentIndex() >= 0 ? rank_->currentData().toInt() : -1;
     return o;
+}
+
+void BugDialog::preferAt(const QString& op) {
+    preferredOp_ = QString::fromStdString(instance::storedName(op.toStdString()));
+    setWindowTitle(tr("Inject a Bug at %1").arg(preferredOp_));
+    status_->setText(tr("Finding the bugs that can be injected at %1…").arg(preferredOp_));
+    bugsAtSearch_.start(
+        [plan = plan_, op = preferredOp_.toStdString()]() -> QStringList {
+            QStringList out;
+            for (const auto& b : bugs::catalog()) {
+                try {
+                    const auto found = bugs::findSites(*plan, b.name);
+                    for (const auto& s : found.sites)
+                        if (std::find(s.ops.begin(), s.ops.end(), op) != s.ops.end()) {
+                            out << QString::fromLatin1(b.name.data(), static_cast<int>(b.name.size()));
+                            break;
+                        }
+                } catch (const std::exception&) {
+                    // A bug that cannot be looked for here (out of memory writing out): not offered.
+                }
+            }
+            return out;
+        },
+        [this](quint64, QStringList found) {
+            bugsAt_ = found;
+            QTreeWidgetItem* first = nullptr;
+            for (int i = 0; i < tree_->topLevelItemCount(); ++i)
+                for (int j = 0; j < tree_->topLevelItem(i)->childCount(); ++j) {
+                    auto* item = tree_->topLevelItem(i)->child(j);
+                    const bool here = found.contains(item->data(0, Qt::UserRole).toString());
+                    QFont f = item->font(0);
+                    f.setBold(here);
+                    item->setFont(0, f);
+                    item->setToolTip(0, here ? tr("Can be injected at %1").arg(preferredOp_) : tr("No site at %1").arg(preferredOp_));
+                    if (here && !first) first = item;
+                }
+            if (first) {
+                tree_->setCurrentItem(first);  // selects it, and its site at the op once found
+            } else {
+                status_->setText(tr("<span style=\"color:#c62828\">No bug of the catalog has a site at %1; choose one to inject elsewhere.</span>")
+                                     .arg(preferredOp_.toHtmlEscaped()));
+            }
+            emit bugsAtFound();
+        });
 }
 
 QString BugDialog::status() const { return status_->text(); }

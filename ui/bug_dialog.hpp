@@ -37,9 +37,15 @@ public:
     /// The sites found (by their first op), and choosing one as the user would.
     QStringList siteChoices() const;
     void chooseSite(int index);
+    /// Inject Bug Here (a node's context menu): the bugs with a site at this parallel op are
+    /// found in the background, marked in the list, and the first of them chosen with that site.
+    void preferAt(const QString& op);
+    /// The bugs found with a site at the preferred op (once bugsAtFound was emitted).
+    QStringList bugsAt() const { return bugsAt_; }
 
 signals:
     void sitesFound();
+    void bugsAtFound();
 
 private:
     using SitesResult = std::pair<std::vector<bugs::Site>, QString>;
@@ -56,6 +62,9 @@ private:
     QString bug_;
     bool ready_ = false;
     std::vector<bugs::Site> sites_;
+    QString preferredOp_;  ///< stored name of the op Inject Bug Here was asked at
+    QStringList bugsAt_;
+    JobTracker bugsAtSearch_{this};
     /// The newest search wins; a search still running finishes on the pool (it holds the plan).
     JobTracker siteSearch_{this};
 };

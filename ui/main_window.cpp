@@ -4,6 +4,7 @@
 #include "main_window.hpp"
 
 #include <functional>
+#include "bug_dialog.hpp"
 #include "dual_view.hpp"
 #include "notice_bar.hpp"
 #include "stage_board.hpp"
@@ -901,6 +902,17 @@ QMenu* MainWindow::nodeMenu(int node) {
           "lineage")
         ->setToolTip(tr("Select it: its lineage edges and counterparts on the other side are drawn"));
     named(menu->addAction(tr("&Copy Name"), this, [name = QString::fromStdString(n.name)] { QApplication::clipboard()->setText(name); }), "copyName");
+    if (n.kind == ViewNodeKind::Op && n.side == ViewSide::Parallel)
+        named(menu->addAction(tr("&Inject Bug Here..."), this,
+                              [this, name = QString::fromStdString(n.name)] {
+                                  const auto* now = scene_->loaded();
+                                  if (!now) return;
+                                  BugDialog dlg(now->verifiedPlan(), this);
+                                  dlg.preferAt(name);
+                                  if (dlg.exec() == QDialog::Accepted && !dlg.bug().isEmpty()) injectBug(dlg.bug(), dlg.options());
+                              }),
+              "injectHere")
+            ->setToolTip(tr("The bugs of the catalog that can be made at this op, one of them injected into a copy and verified"));
     // Its stage as the stage board numbers it (the verified plan's, when drawn as stored).
     if (n.stage != kNone && n.stage < l->drawnToVerified.size() && l->drawnToVerified[n.stage] != kNone) {
         const auto stage = l->drawnToVerified[n.stage];
