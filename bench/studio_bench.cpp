@@ -1,7 +1,7 @@
 // Measures the Studio on a plan: time to first picture (read, cut stages, build the view, lay
 // out, build the scene, first paint) and frame times while panning, on whatever Qt platform is
 // set (offscreen or xcb).
-// Usage: studio-bench PLAN.json [--expand-rank R] [--expand-layer KEY] [--expand-all ranks|layers]...
+// Usage: studio-bench PLAN.json [--expand-rank R] [--expand-rank-layers R] [--expand-layer KEY] [--expand-all ranks|layers]...
 // (KEY as in ViewLayer::key,
 // e.g. "logical layers.3 forward" or "rank 0 mb 1 layers.3 backward"), applied in order.
 // --verify [JOBS]: then press F5 and measure the run as the user sees it (F5 to verdict, the
@@ -21,6 +21,7 @@
 
 #include "graph_view.hpp"
 #include "layout/layout_process.hpp"
+#include "dual_view.hpp"
 #include "main_window.hpp"
 #include "verification_controller.hpp"
 #include "verify/solver_process.hpp"
@@ -49,7 +50,8 @@ int main(int argc, char** argv) {
             grab = args[i + 1];
             continue;
         }
-        if (args[i] != QStringLiteral("--expand-rank") && args[i] != QStringLiteral("--expand-layer") && args[i] != QStringLiteral("--expand-all")) {
+        if (args[i] != QStringLiteral("--expand-rank") && args[i] != QStringLiteral("--expand-layer") && args[i] != QStringLiteral("--expand-all") &&
+            args[i] != QStringLiteral("--expand-rank-layers")) {
             std::fprintf(stderr, "studio-bench: unknown option %s\n", qPrintable(args[i]));
             return 3;
         }
@@ -77,6 +79,8 @@ int main(int argc, char** argv) {
         t.restart();
         if (what == QStringLiteral("--expand-rank")) {
             w.toggleRank(arg.toInt());
+        } else if (what == QStringLiteral("--expand-rank-layers")) {
+            w.setRankLayersExpanded(arg.toInt(), true);
         } else if (what == QStringLiteral("--expand-all")) {
             // --expand-all ranks | layers: View > Expand All Ranks (or Layers).
             if (arg == QStringLiteral("ranks")) w.setRanksCollapsed(false);
@@ -105,6 +109,8 @@ int main(int argc, char** argv) {
     const auto* l = w.scene()->loaded();
     std::printf("plan: %zu parallel ops, %zu view nodes, %d scene node items, %d lineage items\n", l->plan->parallel.ops.size(),
                 l->view.nodes.size(), w.scene()->nodeItemCount(), w.scene()->lineageItemCount());
+    // Panning the parallel pane (the logical pane follows it, by stage): each frame repaints the
+    // window as the screen would show it, both panes, the lineage overlay and the overview.
     auto measure = [&](const char* what) {
         std::vector<double> frames;
         auto* h = w.view()->horizontalScrollBar();
@@ -114,21 +120,29 @@ int main(int argc, char** argv) {
             v->setValue(v->value() + (i % 30 < 15 ? 23 : -23));
             QElapsedTimer f;
             f.start();
-            viewport->repaint();
+            w.repaint();
             frames.push_back(static_cast<double>(f.nsecsElapsed()) / 1e6);
         }
         std::sort(frames.begin(), frames.end());
-        std::printf("panning %s: median frame %.2f ms, p95 %.2f ms, max %.2f ms\n", what, frames[frames.size() / 2],
-                    frames[frames.size() * 95 / 100], frames.back());
+        std::printf("panning %s (zoom %.3f%s): median frame %.2f ms, p95 %.2f ms, max %.2f ms\n", what, w.view()->zoom(),
+                    w.view()->paintedFromSnapshot() ? ", from the snapshot" : "", frames[frames.size() / 2], frames[frames.size() * 95 / 100],
+                    frames.back());
     };
     if (!grab.isEmpty()) {
         // After expanding, the view the window keeps (what was opened, in sight); else the start view.
         if (steps.empty()) w.view()->showStart();
         if (!w.grab().save(grab)) std::fprintf(stderr, "studio-bench: cannot write %s\n", qPrintable(grab));
     }
-    w.view()->fitAll();
+    w.dualView()->fitAll();
+    w.repaint();  // the first frame at fit takes the snapshot
     measure("at fit");
-    w.view()->zoomActual();
+    for (qreal z : {0.05, 0.2}) {
+        w.view()->resetTransform();
+        w.view()->scale(z, z);
+        w.repaint();
+        measure(z < 0.1 ? "zoomed out" : "at 20 %");
+    }
+    w.dualView()->zoomActual();
     measure("at 100 %");
     if (verifyJobs < 0) return 0;
 

@@ -726,6 +726,32 @@ private slots:
         QVERIFY(lineage > 4);
     }
 
+    /// Expanding all layers of one rank opens every layer group of that rank and no other.
+    void rankLayersExpand() {
+        const auto plan = load(QStringLiteral("gpt2-pp2.json"));
+        const auto stages = cutStages(*plan);
+        ViewOptions options;
+        options.collapseLayersAbove = 0;
+        options.ranksWithLayersExpanded = {1};
+        options.collapsedLayers = {};
+        const auto view = buildPlanView(*plan, stages, options);
+        int open = 0, folded = 0;
+        for (const auto& l : view.layers) {
+            if (l.ops < 2) continue;
+            const bool mine = l.side == ViewSide::Parallel && l.rank == 1;
+            QCOMPARE(l.collapsed, !mine);
+            (mine ? open : folded) += 1;
+        }
+        QVERIFY(open > 0 && folded > 0);
+        // One of them folded by name stays folded.
+        std::string key;
+        for (const auto& l : view.layers)
+            if (l.side == ViewSide::Parallel && l.rank == 1 && l.ops >= 2) key = l.key;
+        options.collapsedLayers = {key};
+        for (const auto& l : buildPlanView(*plan, stages, options).layers)
+            if (l.key == key) QVERIFY(l.collapsed);
+    }
+
     /// The two panes: each side's extent holds everything drawn for that side and nothing of the
     /// other's; the stage alignment is strictly increasing on both sides, maps each anchor exactly
     /// onto its partner, is its own inverse, and keeps going up between and beyond the anchors.

@@ -468,6 +468,34 @@ private slots:
                  qPrintable(notice));
         // Every node is placed (no rectangle left at the origin unset) and inside the scene.
         for (std::size_t n = 0; n < l->view.nodes.size(); ++n) QVERIFY(l->placed.nodeRects[n].width > 0);
+        // Zoomed out, the panes paint a snapshot of their side, not 33,000 items a frame; the
+        // snapshot shows the graph (not a blank), is taken again after the scene changes, and is
+        // not used once zoomed in past its scale.
+        w.resize(1280, 720);
+        w.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        auto* pane = w.view();
+        QVERIFY(pane->snapshot());
+        w.dualView()->fitAll();
+        pane->viewport()->repaint();
+        QVERIFY(pane->paintedFromSnapshot());
+        const QImage shot = pane->viewport()->grab().toImage();
+        const QRgb background = shot.pixel(0, 0);
+        int drawn = 0;
+        for (int y = 0; y < shot.height(); y += 4)
+            for (int x = 0; x < shot.width(); x += 4) drawn += shot.pixel(x, y) != background;
+        QVERIFY2(drawn > shot.width() * shot.height() / 16 / 20, qPrintable(QString::number(drawn)));
+        QVERIFY(!pane->snapshot()->stale());
+        // A change (the selection here) makes it stale a moment later; the next frame takes it again.
+        QSignalSpy invalidated(pane->snapshot(), &SceneSnapshot::invalidated);
+        w.scene()->selectNode(static_cast<int>(l->view.nodes.size()) - 1);
+        QCOMPARE(w.scene()->selectedNode(), static_cast<int>(l->view.nodes.size()) - 1);
+        QTRY_VERIFY_WITH_TIMEOUT(invalidated.count() >= 1, 10000);
+        pane->viewport()->repaint();
+        QVERIFY(!pane->snapshot()->stale());
+        w.dualView()->zoomActual();
+        pane->viewport()->repaint();
+        QVERIFY(!pane->paintedFromSnapshot());
         // Collapsing again is drawn by dot: the notice goes.
         w.setRanksCollapsed(true);
         w.setLayersCollapsed(true);
@@ -540,7 +568,7 @@ private slots:
     void nodeContextMenuActions_data() {
         QTest::addColumn<int>("kind");  // 0 collapsed rank, 1 parallel op, 2 logical tensor
         QTest::addColumn<QStringList>("actions");
-        QTest::newRow("collapsed rank") << 0 << QStringList{"expand", "lineage", "copyName"};
+        QTest::newRow("collapsed rank") << 0 << QStringList{"expand", "expandRankLayers", "lineage", "copyName"};
         QTest::newRow("parallel op") << 1 << QStringList{"collapse", "lineage", "copyName", "goToStage", "injectHere"};
         QTest::newRow("logical tensor") << 2 << QStringList{"lineage", "copyName"};
     }

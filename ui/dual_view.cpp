@@ -144,6 +144,8 @@ void DualView::setLinked(bool on) {
 void DualView::onPlanChanged() {
     const auto* l = scene_->loaded();
     if (!l) return;
+    // Big plans: zoomed far out, the panes paint a snapshot of their side, not every item.
+    for (auto* p : {logical_, parallel_}) p->setSnapshotWhenZoomedOut(scene_->nodeItemCount() > kSnapshotAboveNodes);
     if (!twoPanes_) {
         parallel_->setSceneRect(scene_->sceneRect());
         alignment_ = {};

@@ -22,6 +22,8 @@ class DualView : public QWidget {
     Q_OBJECT
 public:
     DualView(PlanScene* scene, QWidget* parent = nullptr);
+    /// Plans with more nodes than this are painted from a snapshot when zoomed far out.
+    static constexpr int kSnapshotAboveNodes = 3000;
 
     /// The pane drawing a side (in one-canvas mode both sides are the parallel pane's).
     GraphView* pane(ViewSide side) const;

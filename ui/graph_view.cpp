@@ -1,11 +1,56 @@
 #include "graph_view.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include <QGraphicsItem>
+#include <QPainter>
+#include <QPaintEvent>
 #include <QWheelEvent>
 
 namespace tv::ui {
+
+SceneSnapshot::SceneSnapshot(QGraphicsScene* scene, qint64 maxPixels, QObject* parent) : QObject(parent), scene_(scene), maxPixels_(maxPixels) {
+    // A change (status colours, marks, selection) is taken a moment after it settles, not on
+    // every change of a verification run.
+    settle_.setSingleShot(true);
+    settle_.setInterval(400);
+    connect(&settle_, &QTimer::timeout, this, [this] {
+        stale_ = true;
+        emit invalidated();
+    });
+    connect(scene, &QGraphicsScene::changed, this, [this] { settle_.start(); });
+    connect(scene, &QGraphicsScene::sceneRectChanged, this, [this] {
+        stale_ = true;
+        emit invalidated();
+    });
+}
+
+qreal SceneSnapshot::scaleFor(const QRectF& rect) const {
+    if (rect.isEmpty()) return 0;
+    return std::min<qreal>(1.0, std::sqrt(static_cast<qreal>(maxPixels_) / (rect.width() * rect.height())));
+}
+
+bool SceneSnapshot::draw(QPainter& painter, const QRectF& rect, const QColor& background) {
+    if (rect.isEmpty()) return false;
+    if (stale_ || rect != rect_ || image_.isNull()) {
+        const qreal s = scaleFor(rect);
+        const QSize size(std::max(1, static_cast<int>(std::ceil(rect.width() * s))), std::max(1, static_cast<int>(std::ceil(rect.height() * s))));
+        image_ = QImage(size, QImage::Format_RGB32);
+        if (image_.isNull()) return false;  // out of memory: the caller paints item by item
+        image_.fill(background);
+        QPainter p(&image_);
+        scene_->render(&p, QRectF(QPointF(0, 0), QSizeF(size)), rect, Qt::IgnoreAspectRatio);
+        p.end();
+        rect_ = rect;
+        stale_ = false;
+    }
+    painter.save();
+    painter.setRenderHint(QPainter::SmoothPixmapTransform);
+    painter.drawImage(rect_, image_);
+    painter.restore();
+    return true;
+}
 
 GraphView::GraphView(QWidget* parent) : QGraphicsView(parent) {
     setDragMode(QGraphicsView::ScrollHandDrag);
@@ -15,6 +60,37 @@ GraphView::GraphView(QWidget* parent) : QGraphicsView(parent) {
     setOptimizationFlag(QGraphicsView::DontSavePainterState);
     setFocusPolicy(Qt::StrongFocus);
     connect(this, &GraphView::zoomChanged, this, &GraphView::onZoomChanged);
+}
+
+void GraphView::setSnapshotWhenZoomedOut(bool on) {
+    if (on == (snapshot_ != nullptr)) return;
+    if (on) {
+        // 8 million pixels (32 MB): the 8B plan's parallel side at about 1/25 of its size.
+        snapshot_ = new SceneSnapshot(scene(), 8'000'000, this);
+        connect(snapshot_, &SceneSnapshot::invalidated, viewport(), [this] { viewport()->update(); });
+    } else {
+        delete snapshot_;
+        snapshot_ = nullptr;
+    }
+    viewport()->update();
+}
+
+void GraphView::paintEvent(QPaintEvent* e) {
+    // Zoomed out past the snapshot's scale, the snapshot is as sharp as the items would be, and
+    // a frame costs one image draw instead of every item in sight.
+    fromSnapshot_ = false;
+    if (snapshot_ && scene() && zoom() <= snapshot_->scaleFor(sceneRect())) {
+        QPainter p(viewport());
+        const QBrush& brush = scene()->backgroundBrush();
+        const QColor base = brush.style() != Qt::NoBrush ? brush.color() : palette().color(QPalette::Base);
+        p.fillRect(e->rect(), base);
+        p.setTransform(viewportTransform());
+        if (snapshot_->draw(p, sceneRect(), base)) {
+            fromSnapshot_ = true;
+            return;
+        }
+    }
+    QGraphicsView::paintEvent(e);
 }
 
 void GraphView::zoomBy(qreal factor) {
@@ -97,6 +173,9 @@ Minimap::Minimap(QGraphicsScene* scene, QWidget* parent) : QGraphicsView(parent)
     setRenderHint(QPainter::Antialiasing, false);
     setMinimumSize(160, 110);
     connect(scene, &QGraphicsScene::sceneRectChanged, this, [this] { refit(); });
+    // Small: the overview is a few hundred pixels wide.
+    snapshot_ = new SceneSnapshot(scene, 1'500'000, this);
+    connect(snapshot_, &SceneSnapshot::invalidated, viewport(), [this] { viewport()->update(); });
 }
 
 void Minimap::addPane(GraphView* pane) {
@@ -123,10 +202,17 @@ void Minimap::resizeEvent(QResizeEvent* e) {
     refit();
 }
 
-void Minimap::drawForeground(QPainter* p, const QRectF&) {
-    p->setPen(QPen(QColor(230, 120, 0), 0));
-    p->setBrush(QColor(230, 120, 0, 40));
-    for (const auto& r : visibleAreas()) p->drawRect(r);
+void Minimap::paintEvent(QPaintEvent* e) {
+    QPainter p(viewport());
+    if (!scene()) return;
+    const QBrush& brush = scene()->backgroundBrush();
+    const QColor base = brush.style() != Qt::NoBrush ? brush.color() : palette().color(QPalette::Base);
+    p.fillRect(e->rect(), base);
+    p.setTransform(viewportTransform());
+    snapshot_->draw(p, scene()->sceneRect(), base);
+    p.setPen(QPen(QColor(230, 120, 0), 0));
+    p.setBrush(QColor(230, 120, 0, 40));
+    for (const auto& r : visibleAreas()) p.drawRect(r);
 }
 
 void Minimap::mousePressEvent(QMouseEvent* e) {

@@ -747,6 +747,23 @@ void MainWindow::setLayersCollapsed(bool collapsed) {
     options.expandedLayers.clear();
     options.collapsedLayers.clear();
     options.collapseLayersAbove = collapsed ? 0 : ViewOptions::kNever;
+    options.ranksWithLayersExpanded.clear();
+    relayout(std::move(options));
+}
+
+void MainWindow::setRankLayersExpanded(std::int32_t rank, bool expanded) {
+    if (!scene_->loaded()) return;
+    anchor_ = ViewAnchor{rank, {}};
+    auto options = currentOptions();
+    if (expanded) {
+        options.collapsedRanks.erase(rank);
+        options.ranksWithLayersExpanded.insert(rank);
+        // What was folded one by one on this rank opens too.
+        for (auto it = options.collapsedLayers.begin(); it != options.collapsedLayers.end();)
+            it = it->rfind("rank " + std::to_string(rank) + " ", 0) == 0 ? options.collapsedLayers.erase(it) : std::next(it);
+    } else {
+        options.ranksWithLayersExpanded.erase(rank);
+    }
     relayout(std::move(options));
 }
 
@@ -878,7 +895,14 @@ QMenu* MainWindow::nodeMenu(int node) {
     };
     if (n.kind == ViewNodeKind::CollapsedRank) {
         named(menu->addAction(tr("&Expand Rank %1").arg(n.id), this, [this, rank = static_cast<std::int32_t>(n.id)] { toggleRank(rank); }), "expand");
+        named(menu->addAction(tr("Expand Rank %1 and All Its &Layers").arg(n.id), this,
+                              [this, rank = static_cast<std::int32_t>(n.id)] { setRankLayersExpanded(rank, true); }),
+              "expandRankLayers");
     } else if (n.kind == ViewNodeKind::CollapsedLayer) {
+        if (n.side == ViewSide::Parallel && l->view.layers[n.id].rank >= 0)
+            named(menu->addAction(tr("Expand All &Layers of Rank %1").arg(l->view.layers[n.id].rank), this,
+                                  [this, rank = l->view.layers[n.id].rank] { setRankLayersExpanded(rank, true); }),
+                  "expandRankLayers");
         named(menu->addAction(tr("&Expand %1").arg(QString::fromStdString(n.name)), this,
                               [this, key = l->view.layers[n.id].key] { toggleLayer(key); }),
               "expand");

@@ -104,6 +104,8 @@ public:
     /// Collapses or expands one layer group (ViewLayer::key); all of them with setLayersCollapsed.
     void toggleLayer(const std::string& key);
     void setLayersCollapsed(bool collapsed);
+    /// Expands a rank and every layer group of it (or folds its layers again).
+    void setRankLayersExpanded(std::int32_t rank, bool expanded);
 
     /// Verifies the plan on screen in the background (F5); restarts a run in progress.
     void verify();

@@ -453,7 +453,8 @@ PlanView buildPlanView(const Plan& plan, const StagePlan& stages, const ViewOpti
     for (auto& layer : v.layers) {
         const std::size_t container = layer.side == ViewSide::Logical ? L.ops.size() : rankOps[layer.rank];
         layer.collapsed = layer.ops >= 2 && (options.collapsedLayers.count(layer.key) ||
-                                             (container > options.collapseLayersAbove && !options.expandedLayers.count(layer.key)));
+                                             (container > options.collapseLayersAbove && !options.expandedLayers.count(layer.key) &&
+                                              !(layer.side == ViewSide::Parallel && options.ranksWithLayersExpanded.count(layer.rank))));
     }
     {
         std::vector<std::set<std::uint32_t>> layerStages(v.layers.size());

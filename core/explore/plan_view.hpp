@@ -109,6 +109,8 @@ struct ViewOptions {
     /// than this, unless named in expandedLayers; groups named in collapsedLayers always are.
     std::size_t collapseLayersAbove = 600;
     std::set<std::string> expandedLayers, collapsedLayers;
+    /// Ranks whose every layer group is expanded (unless named in collapsedLayers).
+    std::set<std::int32_t> ranksWithLayersExpanded;
     static constexpr std::size_t kNever = static_cast<std::size_t>(-1);
 };
 
