@@ -926,6 +926,38 @@ private slots:
         QVERIFY2(cmp->headline(1).startsWith(QStringLiteral("NOT EQUIVALENT")), qPrintable(cmp->headline(1)));
     }
 
+    // What cannot be compared says why in the window (the file and what is wrong), never a crash;
+    // a plan with a bug injected compares with a file read in the background.
+    void compareSaysWhatCannotBeRead() {
+        QTemporaryDir dir;
+        const QString broken = dir.filePath(QStringLiteral("broken.json"));
+        {
+            QFile f(broken);
+            QVERIFY(f.open(QIODevice::WriteOnly));
+            f.write("{\"format\": \"trainverify-plan\", \"version\": 1, \"logical\": [");
+        }
+        MainWindow w;
+        QVERIFY(openAndWait(w, example(QStringLiteral("mlp-tp2.json"))));
+        QVERIFY(w.compareWithFile(broken));
+        auto* cmp = w.compareWindow();
+        QSignalSpy failed(cmp, &CompareWindow::loadFailed);
+        QVERIFY(failed.wait(60000));
+        const auto why = failed.first().first().toString();
+        QVERIFY2(why.contains(QStringLiteral("broken.json")), qPrintable(why));
+        QVERIFY2(cmp->headline(1).contains(QStringLiteral("broken.json")), qPrintable(cmp->headline(1)));
+        QVERIFY(!cmp->busy());
+        // The plan with a bug, beside the file it came from.
+        QSignalSpy done(&w, &MainWindow::verificationFinished);
+        w.injectBug(QStringLiteral("tp-allreduce-identity"));
+        QVERIFY(done.wait(300000));
+        QVERIFY(w.compareWithFile(example(QStringLiteral("mlp-tp2.json"))));
+        QSignalSpy verified(cmp, &CompareWindow::verified);
+        QVERIFY(verified.wait(300000));
+        QVERIFY(!cmp->changes().empty());
+        QVERIFY2(cmp->headline(0).startsWith(QStringLiteral("NOT EQUIVALENT")), qPrintable(cmp->headline(0)));
+        QVERIFY2(cmp->headline(1).startsWith(QStringLiteral("EQUIVALENT")), qPrintable(cmp->headline(1)));
+    }
+
     // Inject Bug Here: the dialog offers the bugs that have a site at the op (and only those are
     // marked), chooses the first with that site, and the bug is injected there.
     void injectBugHereChoosesTheOp() {

@@ -161,14 +161,19 @@ void CompareWindow::stopLoading() {
 
 QString CompareWindow::headline(int side) const { return QTextDocumentFragment::fromHtml(headlines_[side]->text()).toPlainText(); }
 
-void CompareWindow::compareFiles(const QString& a, const QString& b) {
+void CompareWindow::compareFiles(const QString& a, const QString& b) { read(nullptr, a, b); }
+
+void CompareWindow::compareWithFile(std::shared_ptr<const session::OpenedPlan> a, const QString& b) { read(std::move(a), QString(), b); }
+
+void CompareWindow::read(std::shared_ptr<const session::OpenedPlan> openedA, const QString& a, const QString& b) {
     ++generation_;
     stopLoading();
+    verifier_->cancel();
+    verifying_ = -1;
     loading_ = true;
-    for (int i = 0; i < 2; ++i) {
-        titles_[i]->setText(QFileInfo(i == 0 ? a : b).fileName());
-        headlines_[i]->setText(tr("<i>reading…</i>"));
-    }
+    titles_[0]->setText(openedA ? nameOf(*openedA) : QFileInfo(a).fileName());
+    titles_[1]->setText(QFileInfo(b).fileName());
+    for (auto* h : headlines_) h->setText(tr("<i>reading…</i>"));
     auto* watcher = new QFutureWatcher<std::pair<session::OpenResult, session::OpenResult>>(this);
     const auto generation = generation_;
     connect(watcher, &QFutureWatcherBase::finished, this, [this, watcher, generation] {
@@ -185,8 +190,15 @@ void CompareWindow::compareFiles(const QString& a, const QString& b) {
         }
         compare(ra.opened, rb.opened);
     });
-    watcher->setFuture(QtConcurrent::run([a = a.toStdString(), b = b.toStdString()] {
-        return std::pair{session::openPlanFile(a), session::openPlanFile(b)};
+    watcher->setFuture(QtConcurrent::run([openedA, a = a.toStdString(), b = b.toStdString()] {
+        session::OpenResult ra;
+        if (openedA) {
+            ra.source = openedA->source;
+            ra.opened = openedA;
+        } else {
+            ra = session::openPlanFile(a);
+        }
+        return std::pair{std::move(ra), session::openPlanFile(b)};
     }));
 }
 

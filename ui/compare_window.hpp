@@ -34,6 +34,8 @@ public:
     void compare(std::shared_ptr<const session::OpenedPlan> a, std::shared_ptr<const session::OpenedPlan> b);
     /// The same with two plan files, read in the background; an unreadable one is said in the window.
     void compareFiles(const QString& a, const QString& b);
+    /// A plan already open (a bug injected into it, a pair of nnScaler plans) with a plan file.
+    void compareWithFile(std::shared_ptr<const session::OpenedPlan> a, const QString& b);
     void setVerifyOptions(VerifyOptions options) { verifyOptions_ = std::move(options); }
 
     /// 0: the reference plan, 1: its twin.
@@ -62,6 +64,7 @@ protected:
     void closeEvent(QCloseEvent* e) override;
 
 private:
+    void read(std::shared_ptr<const session::OpenedPlan> openedA, const QString& a, const QString& b);
     void onLoaded(const LoadedTwins& twins, const QString& error);
     void verifyNext();
     void onVerified(quint64 run, std::shared_ptr<const VerifyReport> report);

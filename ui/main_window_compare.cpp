@@ -51,14 +51,8 @@ bool MainWindow::compareWithFile(const QString& path) {
     // The plan on screen is the reference (as opened: with its bug, if one was injected).
     auto* w = ensureCompareWindow();
     if (l->mutant() || !l->logicalPath().isEmpty()) {
-        // Not a file of its own: read the other file and compare with the plan as it is.
-        auto mine = l->opened;
-        auto result = session::openPlanFile(QFileInfo(path).absoluteFilePath().toStdString());
-        if (!result.ok()) {
-            statusBar()->showMessage(QString::fromStdString(result.message()), 10000);
-            return false;
-        }
-        w->compare(mine, result.opened);
+        // Not a file of its own: the plan as it is, with the other file read in the background.
+        w->compareWithFile(l->opened, QFileInfo(path).absoluteFilePath());
         return true;
     }
     w->compareFiles(l->path(), QFileInfo(path).absoluteFilePath());
