@@ -51,6 +51,8 @@ int main(int argc, char** argv) {
                                               "ringed, both verified; with --screenshot, the picture is of the comparison."),
                                QStringLiteral("FILE"));
     parser.addOption(compare);
+    QCommandLineOption size(QStringLiteral("size"), QStringLiteral("The window's size, e.g. 1280x720 (for --screenshot)."), QStringLiteral("WxH"));
+    parser.addOption(size);
     parser.addOption(screenshot);
     parser.addOption(select);
     parser.addOption(logical);
@@ -58,6 +60,17 @@ int main(int argc, char** argv) {
     parser.process(app);
 
     tv::ui::MainWindow window;
+    QSize windowSize;
+    if (parser.isSet(size)) {
+        const auto parts = parser.value(size).split(QLatin1Char('x'));
+        bool okW = false, okH = false;
+        if (parts.size() == 2) windowSize = QSize(parts[0].toInt(&okW), parts[1].toInt(&okH));
+        if (!okW || !okH || windowSize.width() < 200 || windowSize.height() < 150 || windowSize.width() > 16384 || windowSize.height() > 16384) {
+            std::fprintf(stderr, "trainverify-studio: --size takes WIDTHxHEIGHT, e.g. 1280x720 (each 150 to 16384), not %s\n", qPrintable(parser.value(size)));
+            return 3;
+        }
+        window.resize(windowSize);
+    }
     auto args = parser.positionalArguments();
     const bool pair = parser.isSet(logical) || parser.isSet(parallel);
     if (pair && !(parser.isSet(logical) && parser.isSet(parallel))) {
@@ -124,6 +137,7 @@ int main(int argc, char** argv) {
                 }
                 window.compareWithFile(parser.value(compare));
                 auto* cmp = window.compareWindow();
+                if (cmp && windowSize.isValid()) cmp->resize(windowSize);
                 if (parser.isSet(screenshot) && cmp) {
                     QObject::connect(cmp, &tv::ui::CompareWindow::loadFailed, &app, [&](const QString& msg) {
                         std::fprintf(stderr, "trainverify-studio: %s\n", qPrintable(msg));

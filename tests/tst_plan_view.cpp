@@ -758,20 +758,28 @@ private slots:
     void panesAlignByStage_data() {
         QTest::addColumn<QString>("file");
         QTest::addColumn<bool>("collapsed");
+        QTest::addColumn<bool>("process");
         for (const auto& f : QDir(QStringLiteral(TV_SOURCE_DIR "/resources/examples")).entryList({QStringLiteral("*.json")}, QDir::Files, QDir::Name)) {
-            QTest::newRow(qPrintable(f)) << f << false;
-            QTest::newRow(qPrintable(f + QStringLiteral(" ranks collapsed"))) << f << true;
+            QTest::newRow(qPrintable(f)) << f << false << false;
+            QTest::newRow(qPrintable(f + QStringLiteral(" ranks collapsed"))) << f << true << false;
         }
+        // Laid out as the Studio lays out (a fresh layout process per side): there dot routed an
+        // edge of GPT-2's logical side 1,145 pt past its own bounding box, into the parallel side.
+        QTest::newRow("gpt2-pp2.json in layout processes") << QStringLiteral("gpt2-pp2.json") << false << true;
+        QTest::newRow("llama3-tp2-sp.json in layout processes") << QStringLiteral("llama3-tp2-sp.json") << false << true;
     }
     void panesAlignByStage() {
         QFETCH(QString, file);
         QFETCH(bool, collapsed);
+        QFETCH(bool, process);
         auto plan = load(file);
         ViewOptions options;
         if (collapsed)
             for (std::int32_t r = 0; r < static_cast<std::int32_t>(plan->ranks.size()); ++r) options.collapsedRanks.insert(r);
         const auto view = buildPlanView(*plan, cutStages(*plan), options);
-        const auto placed = placePlanView(view);
+        LayoutControl control;
+        control.program = thisProgram();
+        const auto placed = placePlanView(view, 240, process ? &control : nullptr);
         QVERIFY(placed.error.empty());
         const Rect sides[2] = {sideExtent(view, placed, ViewSide::Logical), sideExtent(view, placed, ViewSide::Parallel)};
         auto inside = [](const Rect& r, const Rect& box) {

@@ -20,6 +20,7 @@
 
 #include "helper_process_main.hpp"
 #include "find_model.hpp"
+#include "explore/verified_view.hpp"
 #include "generate/generator.hpp"
 #include "layout/graph_layout.hpp"
 #include "dual_view.hpp"
@@ -439,6 +440,36 @@ private slots:
         QVERIFY(failed.wait(60000));
         QVERIFY2(failed.first().first().toString().contains("a logical (single-device) plan runs on one"), qPrintable(failed.first().first().toString()));
         QCOMPARE(w.scene()->loaded()->plan->ranks.size(), std::size_t(8));  // the pair on screen stays
+    }
+
+    /// A plan big enough to open folded, compared with its twin: what holds a difference is
+    /// unfolded, so every op that differs is drawn as itself in the plan that has it, at the same
+    /// place in both pictures when both have it.
+    void twinsUnfoldWhatDiffers() {
+        QTemporaryDir dir;
+        const QString path = writeGeneratedPlan(dir, "gpt2", 2);
+        auto opened = session::openPlanFile(path.toStdString());
+        QVERIFY(opened.ok());
+        QVERIFY(!defaultCollapsedRanks(*opened.opened->plan).empty());  // it opens folded
+        auto injected = session::injectBug(*opened.opened, "tp-allreduce-identity", {});
+        QVERIFY(injected.opened);
+        QString error;
+        const auto twins = loadTwins(opened.opened, injected.opened, &error);
+        QVERIFY2(twins.ok(), qPrintable(error));
+        QVERIFY(!twins.changes.empty());
+        int drawn = 0;
+        for (const auto& c : twins.changes) {
+            if (c.what == OpChange::What::Added) continue;  // in the twin only
+            const auto& l = *twins.a;
+            const OpId op = drawnOp(*l.plan, c.side == ViewSide::Logical ? l.plan->logical : l.plan->parallel, c.name);
+            if (op == kNone) continue;
+            const int node = nodeShowing(l.view, FindHit{c.side, true, op, -1});
+            QVERIFY2(node >= 0 && l.view.nodes[node].kind == ViewNodeKind::Op, c.name.c_str());
+            ++drawn;
+        }
+        QVERIFY(drawn >= 1);
+        QVERIFY(!twins.a->view.rankNode.empty());
+        QVERIFY(std::count_if(twins.a->view.rankNode.begin(), twins.a->view.rankNode.end(), [](int n) { return n >= 0; }) > 0);  // others stay folded
     }
 
     /// View > Expand All Layers, then Expand All Ranks, on Llama3-8B dp2 tp2 pp2 nm2 asks for

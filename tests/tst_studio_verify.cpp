@@ -716,7 +716,10 @@ private slots:
             const auto side = l->view.nodes[n].side;
             const QRectF r = w.scene()->itemForNode(static_cast<int>(n))->sceneBoundingRect();
             QVERIFY(dual->pane(side)->sceneRect().contains(r));
-            QVERIFY(!dual->pane(side == ViewSide::Logical ? ViewSide::Parallel : ViewSide::Logical)->sceneRect().intersects(r));
+            const QRectF other = dual->pane(side == ViewSide::Logical ? ViewSide::Parallel : ViewSide::Logical)->sceneRect();
+            QVERIFY2(!other.intersects(r), qPrintable(QStringLiteral("%1 at x %2..%3 y %4..%5, the other pane's x %6..%7")
+                                                          .arg(QString::fromStdString(l->view.nodes[n].name))
+                                                          .arg(r.left()).arg(r.right()).arg(r.top()).arg(r.bottom()).arg(other.left()).arg(other.right())));
         }
         int checked = 0, whole = 0;
         const auto stages = static_cast<std::uint32_t>(l->verifiedStages->stages.size());

@@ -70,7 +70,8 @@ BugDialog::BugDialog(std::shared_ptr<const Plan> plan, QWidget* parent) : QDialo
     resize(900, 560);
 }
 
-BugDialog::~BugDialog() = default;  // a search still running keeps the plan alive itself
+// A search still running keeps the plan alive itself; the scan of Inject Bug Here stops at its next bug.
+BugDialog::~BugDialog() { stopBugsAt_->store(true); }
 
 void BugDialog::selectBug(const QString& name) {
     const auto* b = bugs::findBug(name.toStdString());
@@ -113,18 +114,25 @@ void BugDialog::onSites(SitesResult result) {
     for (const auto& s : sites_)
         site_->addItem(QString::fromStdString(s.ops.empty() ? std::string("?") : s.ops.front()), QString::fromStdString(s.detail));
     for (int i = 0; i < site_->count(); ++i) site_->setItemData(i, site_->itemData(i), Qt::ToolTipRole);
-    // Inject Bug Here: the site at the op asked for, when this bug has one.
-    if (!preferredOp_.isEmpty())
-        for (std::size_t i = 0; i < sites_.size(); ++i)
-            if (std::find(sites_[i].ops.begin(), sites_[i].ops.end(), preferredOp_.toStdString()) != sites_[i].ops.end()) {
-                site_->setCurrentIndex(static_cast<int>(i));
-                break;
+    // Inject Bug Here: the site at the op asked for, when this bug has one: the copy itself if it
+    // is a site of its own, else its stored op (with the clicked copy's replica chosen below).
+    bool preferredSite = false;
+    if (!preferredOp_.isEmpty()) {
+        for (int pass = 0; pass < 2 && !preferredSite; ++pass)
+            for (std::size_t i = 0; i < sites_.size() && !preferredSite; ++i) {
+                const auto& ops = sites_[i].ops;
+                if (std::find(ops.begin(), ops.end(), (pass == 0 ? preferredOp_ : preferredStored_).toStdString()) != ops.end()) {
+                    site_->setCurrentIndex(static_cast<int>(i));
+                    preferredSite = true;
+                }
             }
+    }
     if (!error.isEmpty()) status_->setText(tr("<span style=\"color:#c62828\">Does not apply here: %1</span>").arg(error.toHtmlEscaped()));
     else if (sites_.empty()) status_->setText(tr("<span style=\"color:#c62828\">No place in this plan to inject it.</span>"));
     else status_->setText(tr("%n place(s) in this plan.", nullptr, static_cast<int>(sites_.size())));
     ok_->setEnabled(error.isEmpty() && !sites_.empty());
     fillRanks();
+    if (preferredSite && preferredReplica_ > 0 && preferredReplica_ < rank_->count()) rank_->setCurrentIndex(preferredReplica_);
     emit sitesFound();
 }
 
@@ -163,17 +171,22 @@ bugs::MutateOptions BugDialog::options() const {
 }
 
 void BugDialog::preferAt(const QString& op) {
-    preferredOp_ = QString::fromStdString(instance::storedName(op.toStdString()));
+    preferredOp_ = op;
+    preferredStored_ = QString::fromStdString(instance::storedName(op.toStdString()));
+    // "x~mb1~dp2": a copy in replica 2.
+    preferredReplica_ = 0;
+    if (const auto at = op.lastIndexOf(QStringLiteral("~dp")); at >= 0) preferredReplica_ = op.mid(at + 3).toInt();
     setWindowTitle(tr("Inject a Bug at %1").arg(preferredOp_));
     status_->setText(tr("Finding the bugs that can be injected at %1…").arg(preferredOp_));
     bugsAtSearch_.start(
-        [plan = plan_, op = preferredOp_.toStdString()]() -> QStringList {
+        [plan = plan_, full = preferredOp_.toStdString(), stored = preferredStored_.toStdString(), stop = stopBugsAt_]() -> QStringList {
             QStringList out;
             for (const auto& b : bugs::catalog()) {
+                if (stop->load()) break;  // the dialog is gone
                 try {
                     const auto found = bugs::findSites(*plan, b.name);
                     for (const auto& s : found.sites)
-                        if (std::find(s.ops.begin(), s.ops.end(), op) != s.ops.end()) {
+                        if (std::find(s.ops.begin(), s.ops.end(), full) != s.ops.end() || std::find(s.ops.begin(), s.ops.end(), stored) != s.ops.end()) {
                             out << QString::fromLatin1(b.name.data(), static_cast<int>(b.name.size()));
                             break;
                         }
@@ -196,8 +209,8 @@ void BugDialog::preferAt(const QString& op) {
                     item->setToolTip(0, here ? tr("Can be injected at %1").arg(preferredOp_) : tr("No site at %1").arg(preferredOp_));
                     if (here && !first) first = item;
                 }
-            if (first) {
-                tree_->setCurrentItem(first);  // selects it, and its site at the op once found
+            if (first && bug_.isEmpty()) {
+                tree_->setCurrentItem(first);  // selects it, and its site at the op once found (unless the user chose one meanwhile)
             } else {
                 status_->setText(tr("<span style=\"color:#c62828\">No bug of the catalog has a site at %1; choose one to inject elsewhere.</span>")
                                      .arg(preferredOp_.toHtmlEscaped()));

@@ -5,6 +5,7 @@
 
 #include <QDialog>
 
+#include <atomic>
 #include <memory>
 #include <vector>
 
@@ -62,7 +63,10 @@ private:
     QString bug_;
     bool ready_ = false;
     std::vector<bugs::Site> sites_;
-    QString preferredOp_;  ///< stored name of the op Inject Bug Here was asked at
+    QString preferredOp_;      ///< the op Inject Bug Here was asked at, as drawn ("x~mb1~dp1")
+    QString preferredStored_;  ///< its stored name ("x"), what sites of a plan stored once list
+    int preferredReplica_ = 0; ///< the data-parallel replica it is a copy in
+    std::shared_ptr<std::atomic<bool>> stopBugsAt_ = std::make_shared<std::atomic<bool>>(false);
     QStringList bugsAt_;
     JobTracker bugsAtSearch_{this};
     /// The newest search wins; a search still running finishes on the pool (it holds the plan).

@@ -1,6 +1,7 @@
 #include "compare_window.hpp"
 
 #include <QCloseEvent>
+#include <QScreen>
 #include <QTextDocumentFragment>
 #include <QComboBox>
 #include <QDockWidget>
@@ -144,13 +145,19 @@ CompareWindow::CompareWindow(QWidget* parent) : QMainWindow(parent) {
 
     verifier_ = new VerificationController(this);
     connect(verifier_, &VerificationController::finished, this, &CompareWindow::onVerified);
-    resize(1280, 800);
+    QSize size(1400, 860);
+    if (const auto* sc = screen()) size = size.boundedTo(sc->availableGeometry().size());
+    resize(size);
 }
 
 CompareWindow::~CompareWindow() { stopLoading(); }
 
 void CompareWindow::closeEvent(QCloseEvent* e) {
+    // Closed: nothing more is loaded or verified (the window is only hidden).
+    ++generation_;
     stopLoading();
+    loading_ = false;
+    verifying_ = -1;
     verifier_->cancel();
     QMainWindow::closeEvent(e);
 }
@@ -165,12 +172,24 @@ void CompareWindow::compareFiles(const QString& a, const QString& b) { read(null
 
 void CompareWindow::compareWithFile(std::shared_ptr<const session::OpenedPlan> a, const QString& b) { read(std::move(a), QString(), b); }
 
+void CompareWindow::clear() {
+    // What the window compared before goes at once: never the old pair under the new names.
+    for (auto* s : scenes_) s->setPlan(nullptr);
+    changes_.clear();
+    changeNodes_[0].clear();
+    changeNodes_[1].clear();
+    reports_[0].reset();
+    reports_[1].reset();
+    list_->clear();
+}
+
 void CompareWindow::read(std::shared_ptr<const session::OpenedPlan> openedA, const QString& a, const QString& b) {
     ++generation_;
     stopLoading();
     verifier_->cancel();
     verifying_ = -1;
     loading_ = true;
+    clear();
     titles_[0]->setText(openedA ? nameOf(*openedA) : QFileInfo(a).fileName());
     titles_[1]->setText(QFileInfo(b).fileName());
     for (auto* h : headlines_) h->setText(tr("<i>reading…</i>"));
@@ -208,13 +227,11 @@ void CompareWindow::compare(std::shared_ptr<const session::OpenedPlan> a, std::s
     verifier_->cancel();
     verifying_ = -1;
     loading_ = true;
-    reports_[0].reset();
-    reports_[1].reset();
+    clear();
     titles_[0]->setText(nameOf(*a));
     titles_[1]->setText(nameOf(*b));
     for (auto* h : headlines_) h->setText(tr("<i>laying out both plans in one layout…</i>"));
     summary_->setText(tr("Comparing…"));
-    list_->clear();
     auto stop = std::make_shared<std::atomic<bool>>(false);
     stop_ = stop;
     auto* watcher = new QFutureWatcher<std::pair<LoadedTwins, QString>>(this);
@@ -338,6 +355,11 @@ void CompareWindow::verifyNext() {
 void CompareWindow::onVerified(quint64 run, std::shared_ptr<const VerifyReport> report) {
     if (run != run_ || verifying_ < 0 || !report) return;
     const int side = verifying_;
+    if (report->cancelled) {
+        headlines_[side]->setText(tr("<i>verification stopped</i>"));
+        verifying_ = -1;
+        return;
+    }
     reports_[side] = report;
     const std::string text = reportToText(*report);
     const QString first = QString::fromStdString(text.substr(0, text.find('\n')));
@@ -406,9 +428,10 @@ void CompareWindow::showChange(int index) {
         if (logical && shown_ == Shown::Parallel) setShown(Shown::Both);
         if (!logical && shown_ == Shown::Logical) setShown(Shown::Both);
         scenes_[side]->selectNode(node);
-        if (panes_[side]->zoom() < GraphView::kReadable) {
+        // Readable, with its neighbours in sight.
+        if (panes_[side]->zoom() < GraphView::kReadable || panes_[side]->zoom() > 0.8) {
             panes_[side]->resetTransform();
-            panes_[side]->scale(0.9, 0.9);
+            panes_[side]->scale(0.75, 0.75);
         }
         panes_[side]->centerOn(r.x + r.width / 2, r.y + r.height / 2);
         follow(side);

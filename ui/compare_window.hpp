@@ -64,6 +64,7 @@ protected:
     void closeEvent(QCloseEvent* e) override;
 
 private:
+    void clear();
     void read(std::shared_ptr<const session::OpenedPlan> openedA, const QString& a, const QString& b);
     void onLoaded(const LoadedTwins& twins, const QString& error);
     void verifyNext();

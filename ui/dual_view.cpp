@@ -90,7 +90,7 @@ DualView::DualView(PlanScene* scene, QWidget* parent) : QWidget(parent), scene_(
     }
     overlay_ = new LineageOverlay(this, scene);
     overlay_->raise();
-    auto repaint = [this] { overlay_->update(); };
+    auto repaint = [this] { refreshOverlay(); };
     for (auto* p : {logical_, parallel_}) {
         connect(p->horizontalScrollBar(), &QScrollBar::valueChanged, this, repaint);
         connect(p->verticalScrollBar(), &QScrollBar::valueChanged, this, repaint);
@@ -99,6 +99,7 @@ DualView::DualView(PlanScene* scene, QWidget* parent) : QWidget(parent), scene_(
     connect(logical_->verticalScrollBar(), &QScrollBar::valueChanged, this, [this] { follow(ViewSide::Logical); });
     connect(parallel_->verticalScrollBar(), &QScrollBar::valueChanged, this, [this] { follow(ViewSide::Parallel); });
     connect(parallel_, &GraphView::zoomChanged, this, &DualView::zoomChanged);
+    connect(logical_, &GraphView::zoomChanged, this, &DualView::zoomChanged);
     connect(split_, &QSplitter::splitterMoved, this, repaint);
     connect(scene, &PlanScene::lineageChanged, this, repaint);
     connect(scene, &PlanScene::planChanged, this, &DualView::onPlanChanged);
@@ -120,7 +121,15 @@ std::vector<GraphView*> DualView::visiblePanes() const {
 
 GraphView* DualView::other(GraphView* p) const { return p == logical_ ? parallel_ : logical_; }
 
-int DualView::overlaySegmentCount() const { return overlay_->segments(); }
+int DualView::overlaySegmentCount() const { return overlay_->isVisible() ? overlay_->segments() : 0; }
+
+void DualView::refreshOverlay() {
+    // A transparent widget over the panes makes every repaint of them repaint it too, and stops
+    // Qt scrolling them by moving pixels: it is there only while it has something to draw.
+    const bool any = twoPanes_ && scene_->loaded() && !scene_->lineageToDraw().empty();
+    if (overlay_->isVisible() != any) overlay_->setVisible(any);
+    if (any) overlay_->update();
+}
 
 void DualView::resizeEvent(QResizeEvent* e) {
     QWidget::resizeEvent(e);
@@ -133,7 +142,7 @@ void DualView::setTwoPanes(bool on) {
     logical_->setVisible(on);
     scene_->setLineageInScene(!on);
     onPlanChanged();
-    overlay_->update();
+    refreshOverlay();
 }
 
 void DualView::setLinked(bool on) {
@@ -157,7 +166,7 @@ void DualView::onPlanChanged() {
         pane(side)->setSceneRect(extent);
     }
     alignment_ = alignStages(l->view, l->placed);
-    overlay_->update();
+    refreshOverlay();
 }
 
 void DualView::resetSplit() {
@@ -182,9 +191,13 @@ void DualView::follow(ViewSide from) {
     const QPointF c = src->mapToScene(src->viewport()->rect().center());
     const QPointF d = dst->mapToScene(dst->viewport()->rect().center());
     const double y = from == ViewSide::Logical ? alignment_.toParallel(c.y()) : alignment_.toLogical(c.y());
+    // Vertically only: centerOn rounds the other way than the centre was read, and would creep
+    // the other pane one pixel sideways on every step.
+    const int h = dst->horizontalScrollBar()->value();
     dst->centerOn(QPointF(d.x(), y));
+    dst->horizontalScrollBar()->setValue(h);
     following_ = false;
-    overlay_->update();
+    refreshOverlay();
 }
 
 void DualView::zoomIn() {
@@ -200,13 +213,13 @@ void DualView::fitAll() {
     following_ = true;
     for (auto* p : visiblePanes()) p->fitAll();
     following_ = false;
-    overlay_->update();
+    refreshOverlay();
 }
 void DualView::showStart() {
     following_ = true;
     for (auto* p : visiblePanes()) p->showStart();
     following_ = false;
-    overlay_->update();
+    refreshOverlay();
 }
 
 void DualView::bringIntoView(const QRectF& target) {
@@ -276,7 +289,7 @@ void DualView::frame(const std::vector<int>& nodes) {
         p->centerOn(target->center());
     }
     following_ = false;
-    overlay_->update();
+    refreshOverlay();
 }
 
 }  // namespace tv::ui

@@ -64,6 +64,7 @@ protected:
 private:
     void onPlanChanged();
     void follow(ViewSide from);
+    void refreshOverlay();
     GraphView* other(GraphView* p) const;
 
     PlanScene* scene_;

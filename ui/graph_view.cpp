@@ -11,15 +11,18 @@
 namespace tv::ui {
 
 SceneSnapshot::SceneSnapshot(QGraphicsScene* scene, qint64 maxPixels, QObject* parent) : QObject(parent), scene_(scene), maxPixels_(maxPixels) {
-    // A change (status colours, marks, selection) is taken a moment after it settles, not on
-    // every change of a verification run.
+    // A change (status colours, marks, selection) is taken a moment after it comes.
     settle_.setSingleShot(true);
     settle_.setInterval(400);
     connect(&settle_, &QTimer::timeout, this, [this] {
         stale_ = true;
         emit invalidated();
     });
-    connect(scene, &QGraphicsScene::changed, this, [this] { settle_.start(); });
+    // At most one picture per interval while changes keep coming (a verification run colours
+    // the graph every 100 ms): the timer is not restarted by each change.
+    connect(scene, &QGraphicsScene::changed, this, [this] {
+        if (!settle_.isActive()) settle_.start();
+    });
     connect(scene, &QGraphicsScene::sceneRectChanged, this, [this] {
         stale_ = true;
         emit invalidated();

@@ -6,6 +6,7 @@
 #include <functional>
 #include "bug_dialog.hpp"
 #include "dual_view.hpp"
+#include "explore/verified_view.hpp"
 #include "notice_bar.hpp"
 #include "stage_board.hpp"
 #include "theme.hpp"
@@ -14,6 +15,7 @@
 
 #include <QApplication>
 #include <QCloseEvent>
+#include <QScreen>
 #include <QDialog>
 #include <QDir>
 #include <QDockWidget>
@@ -136,6 +138,37 @@ LoadedTwins loadTwins(std::shared_ptr<const session::OpenedPlan> a, std::shared_
     options.collapsedRanks = defaultCollapsedRanks(drawnA.plan->parallel.ops.size() >= drawnB.plan->parallel.ops.size() ? *drawnA.plan : *drawnB.plan);
     auto la = viewOf(std::move(a), std::move(drawnA), options);
     auto lb = viewOf(std::move(b), std::move(drawnB), options);
+    // What differs, by the names drawn (a plan drawn written out names its instances).
+    out.changes = diffPlans(*la->plan, *lb->plan);
+    // What holds a difference is unfolded (up to 4 ranks and 24 layers: the first differences),
+    // so that the ops that differ are drawn as themselves, not as the rank or layer holding them.
+    int ranksOpened = 0, layersOpened = 0;
+    for (int pass = 0; pass < 3; ++pass) {
+        bool more = false;
+        for (const auto* lp : {la.get(), lb.get()})
+            for (const auto& c : out.changes) {
+                const OpId op = drawnOp(*lp->plan, c.side == ViewSide::Logical ? lp->plan->logical : lp->plan->parallel, c.name);
+                const int node = op == kNone ? -1 : nodeShowing(lp->view, FindHit{c.side, true, op, -1});
+                if (node < 0) continue;
+                const auto& n = lp->view.nodes[node];
+                if (n.kind == ViewNodeKind::CollapsedRank && ranksOpened < 4 && options.collapsedRanks.erase(static_cast<std::int32_t>(n.id))) {
+                    ++ranksOpened;
+                    more = true;
+                } else if (n.kind == ViewNodeKind::CollapsedLayer && layersOpened < 24) {
+                    const auto& key = lp->view.layers[n.id].key;
+                    options.collapsedLayers.erase(key);
+                    if (options.expandedLayers.insert(key).second) {
+                        ++layersOpened;
+                        more = true;
+                    }
+                }
+            }
+        if (!more) break;
+        for (auto* lp : {la.get(), lb.get()}) {
+            lp->options = options;
+            lp->view = buildPlanView(*lp->plan, lp->stages, options);
+        }
+    }
     QElapsedTimer t;
     t.start();
     auto twins = placeTwins(la->view, lb->view, 240, control);
@@ -148,8 +181,6 @@ LoadedTwins loadTwins(std::shared_ptr<const session::OpenedPlan> a, std::shared_
         lp->layoutSeconds = static_cast<double>(t.nsecsElapsed()) / 1e9;
         lp->seconds = lp->readSeconds + lp->stageSeconds + lp->viewSeconds + lp->layoutSeconds;
     }
-    // What differs, by the names drawn (a plan drawn written out names its instances).
-    out.changes = diffPlans(*la->plan, *lb->plan);
     out.a = std::move(la);
     out.b = std::move(lb);
     return out;
@@ -254,7 +285,12 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     restoreGeometry(s.value(QStringLiteral("window/geometry")).toByteArray());
     // A layout saved by an older version (docks side by side) is not restored: the default is.
     const bool restored = restoreState(s.value(QStringLiteral("window/state")).toByteArray(), kWindowStateVersion);
-    if (!s.contains(QStringLiteral("window/geometry"))) resize(1400, 860);
+    if (!s.contains(QStringLiteral("window/geometry"))) {
+        // 1400 x 860, or what the screen has room for (a 1280 x 720 screen gets all of it).
+        QSize size(1400, 860);
+        if (const auto* sc = screen()) size = size.boundedTo(sc->availableGeometry().size());
+        resize(size);
+    }
     if (!restored) sizeDocksToWindow();
     applyTheme(s.value(QStringLiteral("view/dark"), false).toBool());
     scene_->setShowAllLineage(s.value(QStringLiteral("view/allLineage"), false).toBool());

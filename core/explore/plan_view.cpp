@@ -167,9 +167,16 @@ PlacedView placePlanView(const PlanView& view, double gap, const LayoutControl* 
             out.dataflowPaths.push_back(std::move(path));
             out.dataflowTips.push_back(tip);
         }
-        Rect bounds{offsetX, 0, res.bounds.width, res.bounds.height};
+        // Everything drawn for the side, its edges included: dot's box can leave a spline out (an
+        // edge from tokens to the embedding's backward reached 1,145 pt past it on GPT-2), and the
+        // next side must start past all of it, or it is drawn over (and into the other pane).
+        double right = res.bounds.x + res.bounds.width, bottom = res.bounds.y + res.bounds.height;
+        for (const auto& path : res.edgePaths)
+            for (const auto& q : path) right = std::max(right, q.x), bottom = std::max(bottom, q.y);
+        for (const auto& box : res.clusterBoxes) right = std::max(right, box.x + box.width), bottom = std::max(bottom, box.y + box.height);
+        Rect bounds{offsetX, 0, right - std::min(0.0, res.bounds.x), bottom - std::min(0.0, res.bounds.y)};
         (side == ViewSide::Logical ? out.logicalBounds : out.parallelBounds) = bounds;
-        offsetX += res.bounds.width + gap;
+        offsetX += bounds.width + gap;
     }
     // Edges left out of layout: straight for collapsed ranks, from the bottom centre of one node
     // to the top centre of the other; a forward layer's edges to its backward pass or update leave
@@ -296,9 +303,11 @@ std::vector<std::string> describeNode(const Plan& plan, const PlanView& view, in
             if (shown >= maxLineage) continue;
             ++shown;
             // The slice: the box of the record's slice whose copies name this parallel tensor.
+            // (A folded rank or layer at the parallel end is no tensor: no slice to name.)
+            const bool tensor = view.nodes[e.parallel].kind == ViewNodeKind::Tensor;
             const TensorId pt = view.nodes[e.parallel].id;
             std::string box;
-            if (e.record < plan.lineage.size())
+            if (tensor && e.record < plan.lineage.size())
                 for (const auto& s : plan.lineage[e.record].slices) {
                     for (const auto& copy : s.copies)
                         for (const auto& term : copy)
