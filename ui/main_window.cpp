@@ -212,6 +212,10 @@ std::vector<int> MainWindow::lineageFrame(int node) const {
         const auto side = l->view.nodes[node].side;
         for (int n : l->view.counterparts(node))
             if (l->view.nodes[n].side != side) out.push_back(n);
+        // The failing op: its marked counterpart too (a glue stage has no logical op of its own;
+        // the counterpart is the logical tensor's producer).
+        if (scene_->markOf(node) == NodeMark::FailingOp)
+            for (int n : scene_->marked(NodeMark::Counterpart)) out.push_back(n);
     }
     return out;
 }
