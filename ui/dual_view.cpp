@@ -227,10 +227,20 @@ void DualView::bringIntoView(const QRectF& target) {
     GraphView* p = parallel_;
     if (twoPanes_ && logical_->sceneRect().contains(target.center()) && !parallel_->sceneRect().contains(target.center())) p = logical_;
     const QRectF visible = p->mapToScene(p->viewport()->rect()).boundingRect();
-    // Its top in sight: centred when it fits, else its top edge a fifth of the way down.
-    if (target.height() <= visible.height() && target.width() <= visible.width()) p->centerOn(target.center());
-    else p->centerOn(QPointF(target.width() <= visible.width() ? target.center().x() : target.left() + visible.width() / 2,
-                             target.top() + visible.height() * 0.3));
+    // Centred when it fits. Else its top in sight (its top edge a fifth of the way down), and
+    // sideways on what its top holds (the first nodes, not the empty corner of a big box).
+    if (target.height() <= visible.height() && target.width() <= visible.width()) {
+        p->centerOn(target.center());
+        return;
+    }
+    QRectF top;
+    if (target.width() > visible.width())
+        for (auto* item : scene_->items(QRectF(target.left(), target.top(), target.width(), std::min(target.height(), visible.height() / 2))))
+            if (item->zValue() >= 2 && target.contains(item->sceneBoundingRect())) top |= item->sceneBoundingRect();
+    const qreal x = target.width() <= visible.width() ? target.center().x()
+                    : top.isNull()                     ? target.left() + visible.width() / 2
+                                                       : std::max(target.left() + visible.width() / 2, top.left() + std::min(top.width(), visible.width()) / 2);
+    p->centerOn(QPointF(x, target.top() + visible.height() * 0.3));
 }
 
 void DualView::centerOnNode(int node) {

@@ -82,6 +82,9 @@ StageAlignment alignStages(const PlanView& view, const PlacedView& placed) {
         std::vector<double> ly, py;
         for (int n : view.stageNodes[s]) {
             if (n < 0 || static_cast<std::size_t>(n) >= placed.nodeRects.size()) continue;
+            // A folded rank stands for every stage of the rank at one height: it says nothing
+            // about where a stage is (and would pin the logical bottom to the parallel top).
+            if (view.nodes[n].kind == ViewNodeKind::CollapsedRank) continue;
             const auto& r = placed.nodeRects[n];
             (view.nodes[n].side == ViewSide::Logical ? ly : py).push_back(r.y + r.height / 2);
         }

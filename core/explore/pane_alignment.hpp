@@ -30,7 +30,8 @@ struct StageAlignment {
 };
 
 /// Anchors at every stage with nodes drawn on both sides: the median height of its nodes on each
-/// side (a folded rank or layer stands for the ops it folds). Stages that would make the map go
+/// side (a folded layer stands for the ops it folds; a folded rank, one height for all its
+/// stages, is no anchor). Stages that would make the map go
 /// back up (a pipeline's later stage drawn higher on another rank) are left out: the longest
 /// strictly increasing chain is kept, ties broken towards earlier stages, so the map is monotone.
 StageAlignment alignStages(const PlanView& view, const PlacedView& placed);
