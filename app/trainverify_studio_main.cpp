@@ -104,6 +104,15 @@ int main(int argc, char** argv) {
         args = {path};
     }
     int status = 0;
+    QTimer idle;
+    idle.setInterval(200);
+    QObject::connect(&idle, &QTimer::timeout, &app, [&] {
+        if (window.laying()) return;
+        idle.stop();
+        const bool ok = window.grab().save(parser.value(screenshot));
+        if (!ok) std::fprintf(stderr, "trainverify-studio: cannot write %s\n", qPrintable(parser.value(screenshot)));
+        app.exit(ok ? 0 : 3);
+    });
     if (!args.isEmpty()) {
         for (const auto& f : pair ? QStringList{parser.value(logical), parser.value(parallel)} : args)
             if (!QFileInfo::exists(f)) {
@@ -122,12 +131,11 @@ int main(int argc, char** argv) {
                 window.find(parser.value(select));
                 window.activateFindResult(0);
             }
+
+            // The picture is taken once nothing is being laid out (what --select or a failure
+            // unfolds is drawn first).
             auto shoot = [&] {
-                QTimer::singleShot(parser.isSet(verify) ? 1500 : 300, &app, [&] {
-                    const bool ok = window.grab().save(parser.value(screenshot));
-                    if (!ok) std::fprintf(stderr, "trainverify-studio: cannot write %s\n", qPrintable(parser.value(screenshot)));
-                    app.exit(ok ? 0 : 3);
-                });
+                QTimer::singleShot(parser.isSet(verify) ? 1500 : 300, &app, [&] { idle.start(); });
             };
             if (parser.isSet(compare)) {
                 if (!QFileInfo::exists(parser.value(compare))) {

@@ -132,12 +132,17 @@ void GraphView::showStart() {
     resetTransform();
     scale(s, s);
     const qreal visibleWidth = port.width() / s, visibleHeight = port.height() / s;
-    // Horizontally, on what the top of the scene holds (the first ops, not the bowed edges' margin).
-    QRectF top;
+    // Horizontally, on what the top of the scene holds (the first ops, not the bowed edges'
+    // margin): on the middle of its nodes, so that a lone input far to the side (the logical
+    // graph's tokens) does not pull the view off the column of ops.
+    std::vector<qreal> xs;
     for (auto* item : scene()->items(QRectF(all.left(), all.top(), all.width(), visibleHeight / 2)))
-        if (item->zValue() >= 2) top |= item->sceneBoundingRect();
-    const qreal cx = top.isEmpty() ? all.left() + std::min(all.width(), visibleWidth) / 2
-                                   : std::max(all.left() + visibleWidth / 2, top.left() + std::min(top.width(), visibleWidth) / 2);
+        if (item->zValue() >= 2) xs.push_back(item->sceneBoundingRect().center().x());
+    qreal cx = all.left() + std::min(all.width(), visibleWidth) / 2;
+    if (!xs.empty()) {
+        std::nth_element(xs.begin(), xs.begin() + static_cast<std::ptrdiff_t>(xs.size() / 2), xs.end());
+        cx = std::clamp(xs[xs.size() / 2], all.left() + visibleWidth / 2, std::max(all.left() + visibleWidth / 2, all.right() - visibleWidth / 2));
+    }
     centerOn(cx, all.top() + visibleHeight / 2);
     emit zoomChanged(zoom());
 }
