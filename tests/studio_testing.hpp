@@ -6,6 +6,7 @@
 #include <QCoreApplication>
 #include <QSignalSpy>
 #include <QStandardPaths>
+#include <QTest>
 
 #include "main_window.hpp"
 
@@ -22,6 +23,13 @@ inline void sandbox(const QString& suite) {
 
 /// The window's action of that object name (null if none).
 inline QAction* actionNamed(MainWindow& w, const QString& name) { return w.findChild<QAction*>(name); }
+
+/// Shows the window at that size and waits until it is on screen (what layout and painting need).
+inline bool showAt(MainWindow& w, QSize size) {
+    w.resize(size);
+    w.show();
+    return QTest::qWaitForWindowExposed(&w);
+}
 
 inline bool openAndWait(MainWindow& w, const QString& path) {
     QSignalSpy loaded(&w, &MainWindow::planLoaded);

@@ -966,8 +966,9 @@ private slots:
             QVERIFY2(QString::fromStdString(c->detail).contains(detail), c->detail.c_str());
         }
         if (!lineage.isEmpty()) {
-            const auto* c = find(diff, ViewSide::Logical, "lineage of " + lineage.toStdString());
-            QVERIFY2(c, qPrintable(lineage));
+            const auto it = std::find_if(diff.begin(), diff.end(), [&](const OpChange& x) { return x.lineage && x.name == lineage.toStdString(); });
+            QVERIFY2(it != diff.end(), qPrintable(lineage));
+            const auto* c = &*it;
             QVERIFY(c->what == OpChange::What::Changed && !c->detail.empty());
         }
         // The order: logical ops, lineage, parallel ops; ops in the first plan's order, then added ones.
@@ -975,7 +976,7 @@ private slots:
         std::uint32_t last = 0;
         bool first = true, added = false;
         for (const auto& c : diff) {
-            const bool isLineage = c.name.rfind("lineage of ", 0) == 0;
+            const bool isLineage = c.lineage;
             const int s = c.side == ViewSide::Parallel ? 2 : isLineage ? 1 : 0;
             QVERIFY2(s >= segment, c.name.c_str());
             if (s != segment) first = true, added = false;

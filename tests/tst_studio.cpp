@@ -37,6 +37,7 @@ using namespace tv::ui;
 using testing::example;
 using testing::actionNamed;
 using testing::openAndWait;
+using testing::showAt;
 
 namespace {
 int nodeNamed(const PlanScene* scene, const std::string& name, ViewSide side) {
@@ -248,9 +249,7 @@ private slots:
 
     void collapseAndExpandLayersWithTheMouse() {
         MainWindow w;
-        w.resize(1400, 900);
-        w.show();
-        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        QVERIFY(showAt(w, QSize(1400, 900)));
         QVERIFY(openAndWait(w, example(QStringLiteral("gpt2-pp2.json"))));
         QSignalSpy loaded(&w, &MainWindow::planLoaded);
         w.setLayersCollapsed(true);
@@ -408,9 +407,7 @@ private slots:
 
     void windowGrabIsNotEmpty() {
         MainWindow w;
-        w.resize(1200, 800);
-        w.show();
-        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        QVERIFY(showAt(w, QSize(1200, 800)));
         QVERIFY(openAndWait(w, example(QStringLiteral("mlp-tp2.json"))));
         QTest::qWait(50);
         const QImage img = w.grab().toImage();
@@ -502,9 +499,7 @@ private slots:
         // Zoomed out, the panes paint a snapshot of their side, not 33,000 items a frame; the
         // snapshot shows the graph (not a blank), is taken again after the scene changes, and is
         // not used once zoomed in past its scale.
-        w.resize(1280, 720);
-        w.show();
-        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        QVERIFY(showAt(w, QSize(1280, 720)));
         auto* pane = w.view();
         QVERIFY(pane->snapshot());
         w.dualView()->fitAll();
@@ -563,9 +558,7 @@ private slots:
     /// panel has a checkable toggle under View > Panels.
     void graphGetsMostOfA1280x720Window() {
         MainWindow w;
-        w.resize(1280, 720);
-        w.show();
-        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        QVERIFY(showAt(w, QSize(1280, 720)));
         QVERIFY(openAndWait(w, example(QStringLiteral("mlp4-dp2-tp2-pp2.json"))));
         auto roomy = [&] {
             const auto* c = w.centralWidget();
@@ -711,9 +704,7 @@ private slots:
         QTemporaryDir dir;
         const QString path = writeGeneratedPlan(dir, "gpt2");
         MainWindow w;
-        w.resize(1280, 720);
-        w.show();
-        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        QVERIFY(showAt(w, QSize(1280, 720)));
         QVERIFY(openAndWait(w, path));
         const auto* l = w.scene()->loaded();
         std::string key;

@@ -50,6 +50,7 @@ using json = nlohmann::json;
 using testing::example;
 using testing::actionNamed;
 using testing::openAndWait;
+using testing::showAt;
 
 namespace {
 bool verifyAndWait(MainWindow& w) {
@@ -703,9 +704,7 @@ private slots:
         QFETCH(QString, file);
         QFETCH(QSize, size);
         MainWindow w;
-        w.resize(size);
-        w.show();
-        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        QVERIFY(showAt(w, size));
         QVERIFY(openAndWait(w, example(file)));
         const auto* l = w.scene()->loaded();
         QVERIFY(l->verifiedStages);
@@ -763,9 +762,7 @@ private slots:
     // the logical pane to that stage's logical height (where the logical pane can scroll there).
     void panesScrollTogetherByStage() {
         MainWindow w;
-        w.resize(1280, 720);
-        w.show();
-        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        QVERIFY(showAt(w, QSize(1280, 720)));
         QVERIFY(openAndWait(w, example(QStringLiteral("gpt2-pp2.json"))));
         auto* dual = w.dualView();
         const auto& anchors = dual->alignment().anchors;
@@ -800,14 +797,48 @@ private slots:
         QCOMPARE(logical->mapToScene(logical->viewport()->rect().center()).y(), before);
     }
 
+    // Selecting an op frames it on both sides: its counterparts come into the other pane, and the
+    // pane it was clicked in does not move.
+    void selectingAnOpBringsItsCounterpartsIntoTheOtherPane() {
+        MainWindow w;
+        QVERIFY(showAt(w, QSize(1280, 720)));
+        QVERIFY(openAndWait(w, example(QStringLiteral("gpt2-pp2.json"))));
+        auto* dual = w.dualView();
+        dual->setLinked(false);  // only the selection moves the other pane here
+        GraphView* logical = dual->pane(ViewSide::Logical);
+        GraphView* parallel = dual->pane(ViewSide::Parallel);
+        const auto& v = w.scene()->loaded()->view;
+        int checked = 0;
+        for (std::size_t n = 0; n < v.nodes.size() && checked < 3; n += 7) {
+            if (v.nodes[n].side != ViewSide::Parallel || v.nodes[n].kind != ViewNodeKind::Op) continue;
+            std::vector<int> across;
+            for (int c : v.counterparts(static_cast<int>(n)))
+                if (v.nodes[c].side == ViewSide::Logical) across.push_back(c);
+            if (across.empty()) continue;
+            // The logical pane far from them: at its other end.
+            const QRectF first = w.scene()->itemForNode(across.front())->sceneBoundingRect();
+            const bool nearTop = first.center().y() < logical->sceneRect().center().y();
+            logical->verticalScrollBar()->setValue(nearTop ? logical->verticalScrollBar()->maximum() : logical->verticalScrollBar()->minimum());
+            const int ph = parallel->horizontalScrollBar()->value(), pv = parallel->verticalScrollBar()->value();
+            w.scene()->selectNode(-1);
+            w.scene()->selectNode(static_cast<int>(n));
+            const QRectF visible = logical->mapToScene(logical->viewport()->rect()).boundingRect();
+            bool inSight = false;
+            for (int c : across) inSight = inSight || visible.intersects(w.scene()->itemForNode(c)->sceneBoundingRect());
+            QVERIFY2(inSight, v.nodes[n].name.c_str());
+            QCOMPARE(parallel->horizontalScrollBar()->value(), ph);
+            QCOMPARE(parallel->verticalScrollBar()->value(), pv);
+            ++checked;
+        }
+        QVERIFY(checked >= 2);
+    }
+
     // Lineage between the panes is drawn for the selection only (by default): none with nothing
     // selected, each of a selected tensor's lineage edges once it is selected; in one canvas the
     // scene draws them and the overlay none.
     void lineageOnlyForTheSelection() {
         MainWindow w;
-        w.resize(1600, 1000);
-        w.show();
-        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        QVERIFY(showAt(w, QSize(1600, 1000)));
         QVERIFY(openAndWait(w, example(QStringLiteral("mlp-tp2.json"))));
         auto* dual = w.dualView();
         w.scene()->setShowAllLineage(false);

@@ -19,6 +19,7 @@
 #include <QtConcurrent/QtConcurrentRun>
 
 #include "explore/pane_alignment.hpp"
+#include "failure_panel.hpp"
 #include "explore/verified_view.hpp"
 #include "find_model.hpp"
 #include "graph_view.hpp"
@@ -34,10 +35,6 @@ QString nameOf(const session::OpenedPlan& p) {
     const QString file = QFileInfo(QString::fromStdString(p.source.path)).fileName();
     if (p.mutant) return QObject::tr("%1 + %2").arg(file, QString::fromStdString(p.mutant->bug));
     return file.isEmpty() ? QObject::tr("(generated plan)") : file;
-}
-
-const char* verdictColour(Verdict v) {
-    return v == Verdict::Equivalent ? "#2e7d32" : v == Verdict::NotEquivalent ? "#c62828" : v == Verdict::Inconclusive ? "#ef6c00" : "#6a1b9a";
 }
 
 }  // namespace
@@ -183,30 +180,37 @@ void CompareWindow::clear() {
     list_->clear();
 }
 
-void CompareWindow::read(std::shared_ptr<const session::OpenedPlan> openedA, const QString& a, const QString& b) {
+void CompareWindow::start(const QString& a, const QString& b, const QString& doing) {
+    // A newer comparison: what an older one would still deliver is dropped, its layout and
+    // verification stopped.
     ++generation_;
     stopLoading();
     verifier_->cancel();
     verifying_ = -1;
     loading_ = true;
     clear();
-    titles_[0]->setText(openedA ? nameOf(*openedA) : QFileInfo(a).fileName());
-    titles_[1]->setText(QFileInfo(b).fileName());
-    for (auto* h : headlines_) h->setText(tr("<i>reading…</i>"));
+    titles_[0]->setText(a);
+    titles_[1]->setText(b);
+    for (auto* h : headlines_) h->setText(QStringLiteral("<i>%1</i>").arg(doing.toHtmlEscaped()));
+    summary_->setText(tr("Comparing…"));
+}
+
+void CompareWindow::fail(const QString& why) {
+    loading_ = false;
+    for (auto* h : headlines_) h->setText(QStringLiteral("<span style=\"color:#c62828\">%1</span>").arg(why.toHtmlEscaped()));
+    summary_->setText(why);
+    emit loadFailed(why);
+}
+
+void CompareWindow::read(std::shared_ptr<const session::OpenedPlan> openedA, const QString& a, const QString& b) {
+    start(openedA ? nameOf(*openedA) : QFileInfo(a).fileName(), QFileInfo(b).fileName(), tr("reading…"));
     auto* watcher = new QFutureWatcher<std::pair<session::OpenResult, session::OpenResult>>(this);
     const auto generation = generation_;
     connect(watcher, &QFutureWatcherBase::finished, this, [this, watcher, generation] {
         watcher->deleteLater();
         if (generation != generation_) return;
         auto [ra, rb] = watcher->result();
-        if (!ra.ok() || !rb.ok()) {
-            loading_ = false;
-            const QString error = QString::fromStdString(!ra.ok() ? ra.message() : rb.message());
-            for (int i = 0; i < 2; ++i) headlines_[i]->setText(QStringLiteral("<span style=\"color:#c62828\">%1</span>").arg(error.toHtmlEscaped()));
-            summary_->setText(error);
-            emit loadFailed(error);
-            return;
-        }
+        if (!ra.ok() || !rb.ok()) return fail(QString::fromStdString(!ra.ok() ? ra.message() : rb.message()));
         compare(ra.opened, rb.opened);
     });
     watcher->setFuture(QtConcurrent::run([openedA, a = a.toStdString(), b = b.toStdString()] {
@@ -222,16 +226,7 @@ void CompareWindow::read(std::shared_ptr<const session::OpenedPlan> openedA, con
 }
 
 void CompareWindow::compare(std::shared_ptr<const session::OpenedPlan> a, std::shared_ptr<const session::OpenedPlan> b) {
-    ++generation_;
-    stopLoading();
-    verifier_->cancel();
-    verifying_ = -1;
-    loading_ = true;
-    clear();
-    titles_[0]->setText(nameOf(*a));
-    titles_[1]->setText(nameOf(*b));
-    for (auto* h : headlines_) h->setText(tr("<i>laying out both plans in one layout…</i>"));
-    summary_->setText(tr("Comparing…"));
+    start(nameOf(*a), nameOf(*b), tr("laying out both plans in one layout…"));
     auto stop = std::make_shared<std::atomic<bool>>(false);
     stop_ = stop;
     auto* watcher = new QFutureWatcher<std::pair<LoadedTwins, QString>>(this);
@@ -264,37 +259,24 @@ void CompareWindow::compare(std::shared_ptr<const session::OpenedPlan> a, std::s
 
 void CompareWindow::onLoaded(const LoadedTwins& twins, const QString& error) {
     loading_ = false;
-    if (!twins.ok()) {
-        const QString why = error.isEmpty() ? tr("the plans could not be laid out") : error;
-        for (auto* h : headlines_) h->setText(QStringLiteral("<span style=\"color:#c62828\">%1</span>").arg(why.toHtmlEscaped()));
-        summary_->setText(why);
-        emit loadFailed(why);
-        return;
-    }
+    if (!twins.ok()) return fail(error.isEmpty() ? tr("the plans could not be laid out") : error);
     scenes_[0]->setPlan(twins.a);
     scenes_[1]->setPlan(twins.b);
     changes_ = twins.changes;
     for (int i = 0; i < 2; ++i) {
         // Each change's node in each plan: what a removed op was in the reference, what an added
-        // one is in the twin, a changed op in both; "lineage of t": the logical tensor t.
+        // one is in the twin, a changed op in both.
         const auto* l = scenes_[i]->loaded();
         changeNodes_[i].assign(changes_.size(), -1);
         for (std::size_t c = 0; c < changes_.size(); ++c) {
             const auto& ch = changes_[c];
             if ((i == 0 && ch.what == OpChange::What::Added) || (i == 1 && ch.what == OpChange::What::Removed)) continue;
-            const Graph& g = ch.side == ViewSide::Logical ? l->plan->logical : l->plan->parallel;
-            static constexpr std::string_view kLineage = "lineage of ";
-            if (ch.name.rfind(kLineage, 0) == 0) {
-                const TensorId t = drawnTensor(*l->plan, l->plan->logical, ch.name.substr(kLineage.size()));
-                if (t != kNone && t < l->view.logicalTensorNode.size()) changeNodes_[i][c] = l->view.logicalTensorNode[t];
-                continue;
-            }
-            if (const OpId op = drawnOp(*l->plan, g, ch.name); op != kNone) changeNodes_[i][c] = nodeShowing(l->view, FindHit{ch.side, true, op, -1});
+            changeNodes_[i][c] = tv::changeNode(*l->plan, l->view, ch);
         }
         applyMarks(i);
     }
     for (const auto& ch : changes_) {
-        auto* item = new QTreeWidgetItem(list_, {QString::fromLatin1(toString(ch.what).data()), QString::fromStdString(ch.name),
+        auto* item = new QTreeWidgetItem(list_, {QString::fromLatin1(toString(ch.what).data()), QString::fromStdString(ch.shownName()),
                                                  ch.side == ViewSide::Logical ? tr("logical") : tr("parallel"), QString::fromStdString(ch.detail)});
         item->setToolTip(3, QString::fromStdString(ch.detail));
     }
@@ -361,9 +343,7 @@ void CompareWindow::onVerified(quint64 run, std::shared_ptr<const VerifyReport> 
         return;
     }
     reports_[side] = report;
-    const std::string text = reportToText(*report);
-    const QString first = QString::fromStdString(text.substr(0, text.find('\n')));
-    QString html = QStringLiteral("<span style=\"color:%1; font-weight:600\">%2</span>").arg(QLatin1String(verdictColour(report->verdict)), first.toHtmlEscaped());
+    QString html = verdictLineHtml(*report);
     if (report->failure)
         html += QStringLiteral("<br>") + tr("first failure: %1 on rank %2 (%3)")
                                              .arg(QString::fromStdString(report->failure->parallelOp))

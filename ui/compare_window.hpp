@@ -65,6 +65,10 @@ protected:
 
 private:
     void clear();
+    /// A new comparison begins: the old one is dropped and cleared, the titles and what is being done shown.
+    void start(const QString& a, const QString& b, const QString& doing);
+    /// The comparison cannot be made: why, in both headlines and the summary; loadFailed.
+    void fail(const QString& why);
     void read(std::shared_ptr<const session::OpenedPlan> openedA, const QString& a, const QString& b);
     void onLoaded(const LoadedTwins& twins, const QString& error);
     void verifyNext();

@@ -243,63 +243,68 @@ void DualView::bringIntoView(const QRectF& target) {
     p->centerOn(QPointF(x, target.top() + visible.height() * 0.3));
 }
 
-void DualView::centerOnNode(int node) {
-    auto* item = scene_->itemForNode(node);
-    if (!item) return;
-    following_ = true;
-    paneFor(node)->centerOnItem(item);
-    following_ = false;
-    follow(twoPanes_ && paneFor(node) == logical_ ? ViewSide::Logical : ViewSide::Parallel);
-}
-
 void DualView::frame(const std::vector<int>& nodes) {
-    const auto* l = scene_->loaded();
-    if (!l) return;
+    if (!scene_->loaded()) return;
     following_ = true;
-    for (auto* p : visiblePanes()) {
-        std::vector<QRectF> boxes;
-        QRectF all;
-        const bool firstHere = !nodes.empty() && scene_->itemForNode(nodes.front()) && paneFor(nodes.front()) == p;
-        for (int n : nodes)
-            if (auto* item = scene_->itemForNode(n); item && paneFor(n) == p) {
-                boxes.push_back(item->sceneBoundingRect());
-                all = all.isNull() ? boxes.back() : all.united(boxes.back());
-            }
-        if (boxes.empty()) continue;
-        const QSizeF port = p->viewport()->size();
-        const QRectF visible = p->mapToScene(p->viewport()->rect()).boundingRect();
-        if (all.width() <= visible.width() * 0.9 && all.height() <= visible.height() * 0.9) {
-            p->centerOn(all.center());
-            continue;
-        }
-        // Zoom out to hold them all, while labels stay readable.
-        const qreal fit = std::min(port.width() * 0.9 / all.width(), port.height() * 0.9 / all.height());
-        if (fit >= GraphView::kReadable) {
-            p->resetTransform();
-            p->scale(fit, fit);
-            p->centerOn(all.center());
-            emit p->zoomChanged(p->zoom());
-            continue;
-        }
-        // Too many to read at once: the first node asked for when it is here, else the one
-        // nearest their middle.
-        const QRectF* target = firstHere ? &boxes.front() : nullptr;
-        qreal best = 0;
-        for (const auto& b : boxes) {
-            if (firstHere) break;
-            const QPointF d = b.center() - all.center();
-            const qreal dist = d.x() * d.x() + d.y() * d.y();
-            if (!target || dist < best) target = &b, best = dist;
-        }
-        if (p->zoom() < GraphView::kReadable) {
-            p->resetTransform();
-            p->scale(0.9, 0.9);
-            emit p->zoomChanged(p->zoom());
-        }
-        p->centerOn(target->center());
-    }
+    for (auto* p : visiblePanes()) framePane(p, nodes);
     following_ = false;
     refreshOverlay();
+}
+
+void DualView::frameAcross(int node, const std::vector<int>& nodes) {
+    if (!scene_->loaded() || !twoPanes_ || !scene_->itemForNode(node)) return;
+    GraphView* p = paneFor(node) == logical_ ? parallel_ : logical_;
+    // Left alone when one of them is in sight already: the pane is not pulled about needlessly.
+    const QRectF visible = p->mapToScene(p->viewport()->rect()).boundingRect();
+    for (int n : nodes)
+        if (auto* item = scene_->itemForNode(n); item && paneFor(n) == p && visible.intersects(item->sceneBoundingRect())) return;
+    following_ = true;
+    framePane(p, nodes);
+    following_ = false;
+    refreshOverlay();
+}
+
+void DualView::framePane(GraphView* p, const std::vector<int>& nodes) {
+    std::vector<QRectF> boxes;
+    QRectF all;
+    const bool firstHere = !nodes.empty() && scene_->itemForNode(nodes.front()) && paneFor(nodes.front()) == p;
+    for (int n : nodes)
+        if (auto* item = scene_->itemForNode(n); item && paneFor(n) == p) {
+            boxes.push_back(item->sceneBoundingRect());
+            all = all.isNull() ? boxes.back() : all.united(boxes.back());
+        }
+    if (boxes.empty()) return;
+    const QSizeF port = p->viewport()->size();
+    const QRectF visible = p->mapToScene(p->viewport()->rect()).boundingRect();
+    if (all.width() <= visible.width() * 0.9 && all.height() <= visible.height() * 0.9) {
+        p->centerOn(all.center());
+        return;
+    }
+    // Zoom out to hold them all, while labels stay readable.
+    const qreal fit = std::min(port.width() * 0.9 / all.width(), port.height() * 0.9 / all.height());
+    if (fit >= GraphView::kReadable) {
+        p->resetTransform();
+        p->scale(fit, fit);
+        p->centerOn(all.center());
+        emit p->zoomChanged(p->zoom());
+        return;
+    }
+    // Too many to read at once: the first node asked for when it is here, else the one nearest
+    // their middle.
+    const QRectF* target = firstHere ? &boxes.front() : nullptr;
+    qreal best = 0;
+    for (const auto& b : boxes) {
+        if (firstHere) break;
+        const QPointF d = b.center() - all.center();
+        const qreal dist = d.x() * d.x() + d.y() * d.y();
+        if (!target || dist < best) target = &b, best = dist;
+    }
+    if (p->zoom() < GraphView::kReadable) {
+        p->resetTransform();
+        p->scale(0.9, 0.9);
+        emit p->zoomChanged(p->zoom());
+    }
+    p->centerOn(target->center());
 }
 
 }  // namespace tv::ui

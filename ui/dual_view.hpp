@@ -42,7 +42,9 @@ public:
     /// a readable scale), else the first one (what was asked for; the rest are its counterparts)
     /// when it is in that pane, else the one nearest their middle.
     void frame(const std::vector<int>& nodes);
-    void centerOnNode(int node);
+    /// A node was selected in its pane: brings `nodes` (its counterparts) into the other pane,
+    /// unless one of them is in sight there already; the node's own pane stays where it is.
+    void frameAcross(int node, const std::vector<int>& nodes);
     /// Brings a scene rectangle into its pane's view: centred if it fits, else its top in sight.
     void bringIntoView(const QRectF& target);
 
@@ -64,6 +66,7 @@ protected:
 private:
     void onPlanChanged();
     void follow(ViewSide from);
+    void framePane(GraphView* pane, const std::vector<int>& nodes);
     void refreshOverlay();
     GraphView* other(GraphView* p) const;
 

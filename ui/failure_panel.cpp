@@ -169,14 +169,18 @@ void FailurePanel::showRunning() {
     showPlaceholder(tr("<b>Verifying…</b> Stages turn green as they are proven; the first failure will be shown here."));
 }
 
-void FailurePanel::showReport(const VerifyReport& r, const QString& where) {
+QString verdictLineHtml(const VerifyReport& r) {
     const char* colour = r.verdict == Verdict::Equivalent      ? "#2e7d32"
                          : r.verdict == Verdict::NotEquivalent ? "#c62828"
                          : r.verdict == Verdict::Inconclusive  ? "#ef6c00"
                                                                : "#6a1b9a";
     const std::string summary = reportToText(r);
     const QString first = QString::fromStdString(summary.substr(0, summary.find('\n')));
-    headline_->setText(QStringLiteral("<span style=\"color:%1; font-weight:600\">%2</span>").arg(QLatin1String(colour), first.toHtmlEscaped()));
+    return QStringLiteral("<span style=\"color:%1; font-weight:600\">%2</span>").arg(QLatin1String(colour), first.toHtmlEscaped());
+}
+
+void FailurePanel::showReport(const VerifyReport& r, const QString& where) {
+    headline_->setText(verdictLineHtml(r));
     QString html;
     if (r.failure) {
         // The trace has its own view below; the page's copy of it would repeat it.

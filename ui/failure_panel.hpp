@@ -42,6 +42,10 @@ private:
     int cols_ = 0, rows_ = 0;
 };
 
+/// A report's verdict line ("NOT EQUIVALENT: 10 of 11 stages proven, 1 failed ..."), as rich
+/// text in the verdict's colour: the diagnosis panel's headline, and each plan's in Compare.
+QString verdictLineHtml(const VerifyReport& report);
+
 class FailurePanel : public QWidget {
     Q_OBJECT
 public:

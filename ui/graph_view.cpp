@@ -147,16 +147,6 @@ void GraphView::showStart() {
     emit zoomChanged(zoom());
 }
 
-void GraphView::centerOnItem(QGraphicsItem* item) {
-    if (!item) return;
-    if (zoom() < 0.6) {
-        resetTransform();
-        scale(0.9, 0.9);
-        emit zoomChanged(zoom());
-    }
-    centerOn(item);
-}
-
 void GraphView::wheelEvent(QWheelEvent* e) {
     if (e->modifiers() & Qt::ControlModifier) {
         zoomBy(e->angleDelta().y() > 0 ? 1.15 : 1 / 1.15);

@@ -57,7 +57,6 @@ public slots:
     void fitAll();
     /// What a freshly opened plan shows: all of it if that is readable, else its top, as wide as fits.
     void showStart();
-    void centerOnItem(QGraphicsItem* item);
 
 signals:
     void zoomChanged(qreal zoom);

@@ -6,7 +6,6 @@
 #include <functional>
 #include "bug_dialog.hpp"
 #include "dual_view.hpp"
-#include "explore/verified_view.hpp"
 #include "notice_bar.hpp"
 #include "stage_board.hpp"
 #include "theme.hpp"
@@ -142,27 +141,10 @@ LoadedTwins loadTwins(std::shared_ptr<const session::OpenedPlan> a, std::shared_
     out.changes = diffPlans(*la->plan, *lb->plan);
     // What holds a difference is unfolded (up to 4 ranks and 24 layers: the first differences),
     // so that the ops that differ are drawn as themselves, not as the rank or layer holding them.
-    int ranksOpened = 0, layersOpened = 0;
+    int ranksLeft = 4, layersLeft = 24;
     for (int pass = 0; pass < 3; ++pass) {
         bool more = false;
-        for (const auto* lp : {la.get(), lb.get()})
-            for (const auto& c : out.changes) {
-                const OpId op = drawnOp(*lp->plan, c.side == ViewSide::Logical ? lp->plan->logical : lp->plan->parallel, c.name);
-                const int node = op == kNone ? -1 : nodeShowing(lp->view, FindHit{c.side, true, op, -1});
-                if (node < 0) continue;
-                const auto& n = lp->view.nodes[node];
-                if (n.kind == ViewNodeKind::CollapsedRank && ranksOpened < 4 && options.collapsedRanks.erase(static_cast<std::int32_t>(n.id))) {
-                    ++ranksOpened;
-                    more = true;
-                } else if (n.kind == ViewNodeKind::CollapsedLayer && layersOpened < 24) {
-                    const auto& key = lp->view.layers[n.id].key;
-                    options.collapsedLayers.erase(key);
-                    if (options.expandedLayers.insert(key).second) {
-                        ++layersOpened;
-                        more = true;
-                    }
-                }
-            }
+        for (const auto* lp : {la.get(), lb.get()}) more |= unfoldChanges(*lp->plan, lp->view, out.changes, options, ranksLeft, layersLeft);
         if (!more) break;
         for (auto* lp : {la.get(), lb.get()}) {
             lp->options = options;
@@ -683,7 +665,11 @@ void MainWindow::updateStatus() {
                          (l->storedNote.isEmpty() ? QString() : QStringLiteral(" — ") + l->storedNote));
 }
 
-void MainWindow::onNodeSelected(int node) { inspector_->show(scene_->loaded(), node); }
+void MainWindow::onNodeSelected(int node) {
+    inspector_->show(scene_->loaded(), node);
+    // Selecting an op or a tensor frames it on both sides: its counterparts come into the other pane.
+    if (node >= 0) dual_->frameAcross(node, lineageFrame(node));
+}
 
 void MainWindow::onNodeActivated(int node) {
     const auto* l = scene_->loaded();

@@ -51,26 +51,30 @@ Rect sideExtent(const PlanView& view, const PlacedView& placed, ViewSide side) {
     return Rect{e.x0, e.y0, e.x1 - e.x0, e.y1 - e.y0};
 }
 
-double StageAlignment::toParallel(double y) const {
-    if (anchors.empty()) return y - logicalTop + parallelTop;
-    if (y <= anchors.front().logicalY) return y - anchors.front().logicalY + anchors.front().parallelY;
-    if (y >= anchors.back().logicalY) return y - anchors.back().logicalY + anchors.back().parallelY;
-    auto it = std::upper_bound(anchors.begin(), anchors.end(), y, [](double v, const Anchor& a) { return v < a.logicalY; });
+namespace {
+
+/// Maps a height through anchors, from one of their coordinates to the other: piecewise linear
+/// between anchors, the nearest anchor's offset beyond them, tops onto tops with none.
+double mapThrough(const std::vector<StageAlignment::Anchor>& anchors, double y, double StageAlignment::Anchor::*from,
+                  double StageAlignment::Anchor::*to, double fromTop, double toTop) {
+    if (anchors.empty()) return y - fromTop + toTop;
+    if (y <= anchors.front().*from) return y - anchors.front().*from + anchors.front().*to;
+    if (y >= anchors.back().*from) return y - anchors.back().*from + anchors.back().*to;
+    auto it = std::upper_bound(anchors.begin(), anchors.end(), y, [&](double v, const StageAlignment::Anchor& a) { return v < a.*from; });
     const auto& hi = *it;
     const auto& lo = *(it - 1);
-    const double t = (y - lo.logicalY) / (hi.logicalY - lo.logicalY);
-    return lo.parallelY + t * (hi.parallelY - lo.parallelY);
+    const double t = (y - lo.*from) / (hi.*from - lo.*from);
+    return lo.*to + t * (hi.*to - lo.*to);
+}
+
+}  // namespace
+
+double StageAlignment::toParallel(double y) const {
+    return mapThrough(anchors, y, &Anchor::logicalY, &Anchor::parallelY, logicalTop, parallelTop);
 }
 
 double StageAlignment::toLogical(double y) const {
-    if (anchors.empty()) return y - parallelTop + logicalTop;
-    if (y <= anchors.front().parallelY) return y - anchors.front().parallelY + anchors.front().logicalY;
-    if (y >= anchors.back().parallelY) return y - anchors.back().parallelY + anchors.back().logicalY;
-    auto it = std::upper_bound(anchors.begin(), anchors.end(), y, [](double v, const Anchor& a) { return v < a.parallelY; });
-    const auto& hi = *it;
-    const auto& lo = *(it - 1);
-    const double t = (y - lo.parallelY) / (hi.parallelY - lo.parallelY);
-    return lo.logicalY + t * (hi.logicalY - lo.logicalY);
+    return mapThrough(anchors, y, &Anchor::parallelY, &Anchor::logicalY, parallelTop, logicalTop);
 }
 
 StageAlignment alignStages(const PlanView& view, const PlacedView& placed) {

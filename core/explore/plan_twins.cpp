@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "explore/verified_view.hpp"
 #include "ops/registry.hpp"
 
 namespace tv {
@@ -253,7 +254,7 @@ void diffLineage(const Plan& a, const Plan& b, std::vector<OpChange>& out) {
             items.resize(kShown);
             items.push_back("and " + std::to_string(more) + " more");
         }
-        out.push_back({ViewSide::Logical, "lineage of " + name, OpChange::What::Changed, joined(items, "; ")});
+        out.push_back({ViewSide::Logical, name, OpChange::What::Changed, joined(items, "; "), true});
     };
     for (const auto& name : orderA) report(name);
     for (const auto& name : orderB)
@@ -524,6 +525,39 @@ PlacedTwins placeTwins(const PlanView& a, const PlanView& b, double gap, const L
     out.a = project(a, u.a, placed);
     out.b = project(b, u.b, placed);
     return out;
+}
+
+int changeNode(const Plan& drawn, const PlanView& view, const OpChange& change) {
+    if (change.lineage) {
+        const TensorId t = drawnTensor(drawn, drawn.logical, change.name);
+        return t != kNone && t < view.logicalTensorNode.size() ? view.logicalTensorNode[t] : -1;
+    }
+    const bool logical = change.side == ViewSide::Logical;
+    const OpId op = drawnOp(drawn, logical ? drawn.logical : drawn.parallel, change.name);
+    const auto& nodes = logical ? view.logicalOpNode : view.parallelOpNode;
+    return op != kNone && op < nodes.size() ? nodes[op] : -1;
+}
+
+bool unfoldChanges(const Plan& drawn, const PlanView& view, const std::vector<OpChange>& changes, ViewOptions& options, int& ranksLeft,
+                   int& layersLeft) {
+    bool changed = false;
+    for (const auto& c : changes) {
+        const int node = changeNode(drawn, view, c);
+        if (node < 0) continue;
+        const auto& n = view.nodes[node];
+        if (n.kind == ViewNodeKind::CollapsedRank && ranksLeft > 0 && options.collapsedRanks.erase(static_cast<std::int32_t>(n.id))) {
+            --ranksLeft;
+            changed = true;
+        } else if (n.kind == ViewNodeKind::CollapsedLayer && layersLeft > 0) {
+            const auto& key = view.layers[n.id].key;
+            options.collapsedLayers.erase(key);
+            if (options.expandedLayers.insert(key).second) {
+                --layersLeft;
+                changed = true;
+            }
+        }
+    }
+    return changed;
 }
 
 }  // namespace tv

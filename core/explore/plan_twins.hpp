@@ -18,7 +18,7 @@
 namespace tv {
 
 /// One difference between two plans, named after the op (or the logical tensor whose lineage
-/// differs: "lineage of <tensor>").
+/// differs).
 struct OpChange {
     ViewSide side = ViewSide::Logical;
     std::string name;
@@ -26,6 +26,10 @@ struct OpChange {
     /// Added, Removed: the op in a few words ("all_reduce (forward) over ranks 0, 1"). Changed:
     /// what differs, "; " between items, e.g. `kind identity → add; attribute reduce: "mean" → "sum"`.
     std::string detail;
+    /// `name` is a logical tensor whose lineage differs, not an op.
+    bool lineage = false;
+    /// What a list shows: the op's name, or "lineage of <tensor>".
+    std::string shownName() const { return lineage ? "lineage of " + name : name; }
 };
 
 std::string_view toString(OpChange::What w);  ///< "added", "removed", "changed"
@@ -35,10 +39,22 @@ std::string_view toString(OpChange::What w);  ///< "added", "removed", "changed"
 /// microbatch, collective group, attributes, inputs or outputs (names in order, and their shapes)
 /// or the replica and microbatch flags differ). Lineage is compared by logical tensor, with
 /// tensor names (ids differ between plans): a tensor whose records differ is a Changed entry on
-/// the logical side named "lineage of <tensor>". Order: logical ops, then lineage, then parallel
+/// the logical side named after the tensor, with `lineage` set. Order: logical ops, then lineage, then parallel
 /// ops; in each, in a's order (ops as stored, lineage by first record), then what only b has, in
 /// b's order. Empty for a plan and itself.
 std::vector<OpChange> diffPlans(const Plan& a, const Plan& b);
+
+/// The node a change is drawn as in a view of `drawn` (the plan drawn, written out or as stored):
+/// the op's node (or the fold holding it), the logical tensor's for a lineage change; -1 when that
+/// plan has no such op or it is not drawn.
+int changeNode(const Plan& drawn, const PlanView& view, const OpChange& change);
+
+/// Unfolds, in `options`, the folded ranks and layers of `view` that hold a change, so that the op
+/// that differs is drawn as itself; at most `ranksLeft` ranks and `layersLeft` layers (both count
+/// down: a change deep in a 405B plan must not unfold it all). Returns whether `options` changed
+/// (build the view again, and ask again: an unfolded rank can show folded layers).
+bool unfoldChanges(const Plan& drawn, const PlanView& view, const std::vector<OpChange>& changes, ViewOptions& options, int& ranksLeft,
+                   int& layersLeft);
 
 /// Both views placed in one layout.
 struct PlacedTwins {
