@@ -108,6 +108,8 @@ const std::pair<const char*, int (*)(const tv::cli::Args&)> kCommands[] = {
 int main(int argc, char** argv) {
     // A solver process of a verify run (solver_process.hpp): not a command a person types.
     if (argc == 3 && std::strcmp(argv[1], "--solver-process") == 0) return tv::solverProcessMain(std::atoi(argv[2]));
+    // Started under `ulimit -v`: no thread gets a malloc arena of its own (limitMallocArenas).
+    if (tv::addressSpaceCapped()) tv::limitMallocArenas(1);
     std::vector<std::string> args(argv + 1, argv + argc);
     if (args.empty()) {
         std::fputs(kUsage, stderr);

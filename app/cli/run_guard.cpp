@@ -4,7 +4,6 @@
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
-#include <malloc.h>
 #include <pthread.h>
 #include <thread>
 #include <unistd.h>
@@ -59,7 +58,7 @@ void addRunOptions(Arguments& args, VerifyOptions& options) {
 
 void limitMemory(std::uint64_t mib, unsigned jobs) {
     if (mib == 0) return;
-    mallopt(M_ARENA_MAX, 1);
+    limitMallocArenas(1);
     // The threads still to start: the guard's, the run's watch, and per job a worker and the
     // timer thread Z3 starts for a query with a timeout (in process), with two to spare.
     const unsigned workers = jobs ? jobs : std::max(1u, std::thread::hardware_concurrency());

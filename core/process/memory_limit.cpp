@@ -1,5 +1,6 @@
 #include "process/memory_limit.hpp"
 
+#include <malloc.h>
 #include <pthread.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -44,6 +45,23 @@ void capAddressSpace(std::uint64_t mib, unsigned threadsToStart) {
     if (r.rlim_max != RLIM_INFINITY) soft = std::min<rlim_t>(soft, r.rlim_max);
     r.rlim_cur = soft;
     ::setrlimit(RLIMIT_AS, &r);
+}
+
+void limitMallocArenas(int arenas) { mallopt(M_ARENA_MAX, std::max(1, arenas)); }
+
+bool liftInheritedAddressSpaceCap() {
+    rlimit r{};
+    if (::getrlimit(RLIMIT_AS, &r) != 0) return false;
+    if (r.rlim_cur != r.rlim_max) {
+        r.rlim_cur = r.rlim_max;
+        ::setrlimit(RLIMIT_AS, &r);
+    }
+    return r.rlim_max != RLIM_INFINITY;
+}
+
+bool addressSpaceCapped() {
+    rlimit r{};
+    return ::getrlimit(RLIMIT_AS, &r) == 0 && r.rlim_cur != RLIM_INFINITY;
 }
 
 bool isOutOfMemory(const std::exception& e) {

@@ -167,6 +167,12 @@ int serveSolverProcess(int fd);
 int solverProcessMain(int fd) {
     // Served on a thread of its own, as the verifier's workers run: Z3 contexts are several
     // times slower to create and destroy on a process's main thread here (its malloc arena).
+    // That thread's arena is made before any cap: the verifier's own cap, inherited, is lifted
+    // (this process sets its own once it has the plan), and no thread after it gets an arena of
+    // its own (Z3's timer threads, started under the cap, would otherwise each reserve one, or
+    // fail to and map every allocation on its own: see limitMallocArenas). Under a hard cap
+    // (`ulimit -v`) even the serving thread's arena may not fit: one arena for all.
+    limitMallocArenas(liftInheritedAddressSpaceCap() ? 1 : 2);
     int status = 0;
     std::thread([&] { status = serveSolverProcess(fd); }).join();
     return status;
