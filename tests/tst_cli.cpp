@@ -198,6 +198,33 @@ private slots:
         QVERIFY2(v.out.contains("is a Python pickle") && v.out.contains("--logical"), qPrintable(v.out));
     }
 
+    /// A captured PyTorch graph, either form: its rank, phase, counts and operators; a damaged one
+    /// exits 3 naming the file and the line.
+    void inspectTorchGraph() {
+        const QString dir = QStringLiteral(TV_SOURCE_DIR "/resources/torch-graphs/gpt/paral2_layer1/");
+        for (const char* form : {"fw.g0.r1.py", "fw.g0.r1.gpickle"}) {
+            auto r = trainverify({"inspect", dir + form});
+            QCOMPARE(r.exitCode, 0);
+            for (const char* s : {"rank          1, phase fw, graph 0", "194: 22 inputs, 147 operator calls, 21 tuple elements, 4 tensor constants",
+                                  "147 of 147 calls have one", "primals_1 f32[49152, 768]", "aten.mm.default"})
+                QVERIFY2(r.out.contains(QString::fromLatin1(s)), qPrintable(QString(s) + "\n" + r.out));
+            auto j = QJsonDocument::fromJson(trainverify({"inspect", dir + form, "--json"}).out.toUtf8()).object()["torch_graph"].toObject();
+            QCOMPARE(j["rank"].toInt(), 1);
+            QCOMPARE(j["inputs"].toArray().size(), 22);
+            QCOMPARE(j["operators"].toObject()["aten.mm.default"].toInt(), 5);
+        }
+        QTemporaryDir tmp;
+        QFile in(dir + "fw.g0.r1.py"), cut(tmp.filePath("fw.g0.r1.py"));
+        QVERIFY(in.open(QIODevice::ReadOnly) && cut.open(QIODevice::WriteOnly));
+        auto text = in.readAll();
+        text.replace("torch.ops.aten.mm.default(", "torch.ops.aten.mm.default(nowhere, ");
+        cut.write(text);
+        cut.close();
+        auto bad = trainverify({"inspect", tmp.filePath("fw.g0.r1.py")});
+        QCOMPARE(bad.exitCode, 3);
+        QVERIFY2(bad.err.contains(tmp.filePath("fw.g0.r1.py") + ":") && bad.err.contains("nowhere is used before it is defined"), qPrintable(bad.err));
+    }
+
     // A pair of nnScaler plans verifies from the command line with the usual verdicts, exit codes
     // and JSON report; convert writes the mapped plan; bad input is exit code 3 with a reason.
     void verifyNnScalerPair() {

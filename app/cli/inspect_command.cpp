@@ -1,5 +1,7 @@
 // trainverify inspect: what a plan file holds (counts, the parallel configuration, stages), or
-// what the safe pickle reader finds in a pickle (an nnScaler plan's per-device programs).
+// what the safe pickle reader finds in a pickle (an nnScaler plan's per-device programs), or a
+// captured PyTorch graph (printed `.py` or pickled `.gpickle`): its rank, inputs, outputs, operators
+// and framework source lines.
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -12,11 +14,77 @@
 #include "nnscaler/nnscaler_plan.hpp"
 #include "pickle/pickle.hpp"
 #include "session/session.hpp"
+#include "torch/torch_graph.hpp"
 #include "verify/symmetry.hpp"
 
 namespace tv::cli {
 
 namespace {
+
+/// Whether the file starts like a printed PyTorch graph.
+bool isTorchGraphText(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::string head(1 << 16, '\0');
+    in.read(head.data(), static_cast<std::streamsize>(head.size()));
+    head.resize(static_cast<std::size_t>(in.gcount()));
+    return tv::torch::looksLikeFxText(head);
+}
+
+/// A captured PyTorch graph, either form.
+int inspectTorchGraph(const std::string& path, bool asJson) {
+    tv::torch::TorchGraph g;
+    try {
+        g = tv::torch::readTorchGraphFile(path);
+    } catch (const tv::torch::TorchGraphError& e) {
+        std::fprintf(stderr, "trainverify: %s\n", e.what());
+        return 3;
+    }
+    const auto names = g.names();
+    std::size_t calls = 0, items = 0, constants = 0, located = 0;
+    for (const auto& n : g.nodes) {
+        calls += n.kind == tv::torch::Node::Kind::Call;
+        items += n.kind == tv::torch::Node::Kind::GetItem;
+        constants += n.kind == tv::torch::Node::Kind::Constant;
+        located += n.kind == tv::torch::Node::Kind::Call && n.source >= 0;
+    }
+    const auto histogram = g.histogram();
+    const int fileRank = tv::torch::rankFromFileName(path);
+    if (asJson) {
+        nlohmann::json inputs = nlohmann::json::array(), outputs = nlohmann::json::array(), ops = nlohmann::json::object();
+        for (int i : g.inputs) {
+            const auto& n = g.nodes[static_cast<std::size_t>(i)];
+            inputs.push_back({{"name", n.name}, {"type", n.type ? n.type->toString() : std::string()}});
+        }
+        for (const auto& v : g.outputs) outputs.push_back(v.isNode() ? nlohmann::json(names[static_cast<std::size_t>(v.node)]) : nlohmann::json());
+        for (const auto& [t, n] : histogram) ops[t] = n;
+        nlohmann::json j = {{"torch_graph",
+                             {{"file", tv::pickle::validUtf8(path)}, {"rank", g.rank}, {"rank_in_file_name", fileRank}, {"phase", g.phase}, {"gid", g.gid},
+                              {"nodes", g.nodes.size()}, {"calls", calls}, {"elements", items}, {"constants", constants},
+                              {"calls_with_source", located}, {"sources", g.sources.size()}, {"inputs", inputs}, {"outputs", outputs}, {"operators", ops}}}};
+        std::cout << j.dump(2) << "\n";
+        return 0;
+    }
+    std::cout << "torch graph   " << path << "\n";
+    std::cout << "rank          " << (g.rank >= 0 ? std::to_string(g.rank) : std::string("not said"));
+    if (fileRank >= 0 && fileRank != g.rank) std::cout << " (the file name says " << fileRank << ")";
+    std::cout << ", phase " << (g.phase.empty() ? std::string("not said") : g.phase) << ", graph " << g.gid << "\n";
+    std::cout << "nodes         " << g.nodes.size() << ": " << g.inputs.size() << " inputs, " << calls << " operator calls, " << items
+              << " tuple elements, " << constants << " tensor constants\n";
+    std::cout << "outputs       " << g.outputs.size() << "\n";
+    std::cout << "source lines  " << g.sources.size() << " distinct; " << located << " of " << calls << " calls have one\n";
+    std::cout << "inputs       ";
+    for (std::size_t k = 0; k < g.inputs.size(); ++k) {
+        const auto& n = g.nodes[static_cast<std::size_t>(g.inputs[k])];
+        if (k == 12 && g.inputs.size() > 14) {
+            std::cout << " ... (" << g.inputs.size() - 12 << " more)";
+            break;
+        }
+        std::cout << " " << n.name << " " << (n.type ? n.type->toString() : std::string("?")) << (k + 1 < g.inputs.size() ? "," : "");
+    }
+    std::cout << "\noperators     " << histogram.size() << " distinct:\n";
+    for (const auto& [t, n] : histogram) std::printf("  %6d  %s\n", n, t.c_str());
+    return 0;
+}
 
 /// A pickled nnScaler plan: what the safe reader finds in it (protocol, objects, classes).
 int inspectPickle(const std::string& path, bool asJson) {
@@ -31,6 +99,7 @@ int inspectPickle(const std::string& path, bool asJson) {
     std::vector<std::pair<std::size_t, std::string>> byCount;
     for (const auto& [name, n] : counts) byCount.emplace_back(n, name);
     std::stable_sort(byCount.begin(), byCount.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    if (doc.className(doc.root) == "torchgraph.pgraph.pickleable.PickleableGraph") return inspectTorchGraph(path, asJson);
     // An nnScaler plan: its per-device programs.
     std::optional<tv::nnscaler::Plan> plan;
     if (doc.className(doc.root) == "nnscaler.codegen.module.module.ModuleCodeGen") {
@@ -119,6 +188,7 @@ int inspectCommand(const Args& args) {
     if (auto problem = parser.parse(args); !problem.empty()) return usageError(problem);
     if (path.empty()) return usageError("inspect needs a plan file");
     if (isPickleFile(path)) return inspectPickle(path, asJson);
+    if (isTorchGraphText(path)) return inspectTorchGraph(path, asJson);
     const auto opened = tv::session::openPlanFile(path);
     if (!opened.ok()) {
         std::cout << tv::reportToText(opened.refusal);
