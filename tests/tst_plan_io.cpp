@@ -81,6 +81,39 @@ private slots:
         QCOMPARE(a.microbatches, b.microbatches);
     }
 
+    /// An op's source line is read, kept by name beside the op, written back, and survives a
+    /// round trip and a plan stored with repeats.
+    void sourceLinesRoundTrip() {
+        for (const char* file : {"mlp-tp2.json", kRepeats}) {
+            auto doc = loadJson(file);
+            auto& ops = doc["parallel"]["ops"];
+            std::size_t k = 0;
+            while (k < ops.size() && ops[k].contains("repeat")) ++k;
+            QVERIFY(k < ops.size());
+            const auto firstOp = ops[k]["id"].get<std::string>();
+            ops[k]["source"] = json{{"file", "/src/megatron/core/tensor_parallel/layers.py"}, {"line", 252}, {"function", "forward"}, {"code", "y = x @ w"}};
+            doc["logical"]["ops"][0]["source"] = json{{"file", "model.py"}, {"line", 7}};
+            auto read = readPlanJson(doc);
+            QVERIFY2(read.ok(), read.problems.empty() ? "?" : read.problems[0].toString().c_str());
+            const auto& p = *read.plan;
+            const auto* s = p.opSource(true, firstOp);
+            QVERIFY(s);
+            QCOMPARE(s->line, 252);
+            QCOMPARE(s->toString(), std::string("/src/megatron/core/tensor_parallel/layers.py:252 in forward"));
+            QCOMPARE(s->code, std::string("y = x @ w"));
+            QVERIFY(p.opSource(false, doc["logical"]["ops"][0]["id"].get<std::string>()));
+            QVERIFY(!p.opSource(true, "no such op"));
+            // A written-out instance of a stored op has the stored op's line.
+            QVERIFY(p.opSource(true, firstOp + "~mb1~dp1"));
+            auto text = writePlanText(p);
+            auto again = readPlanText(text);
+            QVERIFY(again.ok());
+            QCOMPARE(QString::fromStdString(writePlanText(*again.plan)), QString::fromStdString(text));
+            QVERIFY(again.plan->opSource(true, firstOp) && *again.plan->opSource(true, firstOp) == *s);
+            QCOMPARE(again.plan->sourceLines.size(), std::size_t{2});
+        }
+    }
+
     void problems_data() {
         QTest::addColumn<QString>("base");
         QTest::addColumn<Mutation>("mutate");
@@ -109,6 +142,14 @@ private slots:
             "/lineage", "coeff must be");
         row("op id with a control character", tp, [](json& j) { j["parallel"]["ops"][0]["id"] = "fc1\x1b[31m"; }, "/parallel/ops/0/id",
             "holds a control character");
+        // An op's source line (a captured graph's framework line).
+        row("source without a line", tp, [](json& j) { j["parallel"]["ops"][0]["source"] = json{{"file", "layers.py"}}; }, "/parallel/ops/0/source", "line");
+        row("source line zero", tp, [](json& j) { j["parallel"]["ops"][0]["source"] = json{{"file", "layers.py"}, {"line", 0}}; }, "/parallel/ops/0/source/line", "must be in [1,");
+        row("source line past 32 bits", tp, [](json& j) { j["logical"]["ops"][0]["source"] = json{{"file", "layers.py"}, {"line", std::int64_t{1} << 40}}; }, "/logical/ops/0/source/line", "must be in [1,");
+        row("source file empty", tp, [](json& j) { j["parallel"]["ops"][0]["source"] = json{{"file", ""}, {"line", 3}}; }, "/parallel/ops/0/source/file", "source file is empty");
+        row("source not an object", tp, [](json& j) { j["parallel"]["ops"][0]["source"] = "layers.py:3"; }, "/parallel/ops/0/source", "object");
+        row("source with an unknown key", tp, [](json& j) { j["parallel"]["ops"][0]["source"] = json{{"file", "a.py"}, {"line", 3}, {"column", 4}}; }, "/parallel/ops/0/source/column", "unknown source key");
+        row("source code not text", tp, [](json& j) { j["parallel"]["ops"][0]["source"] = json{{"file", "a.py"}, {"line", 3}, {"code", 7}}; }, "/parallel/ops/0/source/code", "string");
         row("tensor id with a control character", tp, [](json& j) { j["logical"]["tensors"][0]["id"] = std::string("x\x07"); }, "/logical/tensors/0/id",
             "holds a control character");
         row("replicas with fewer ranks than dp", rp, [](json& j) { j["parallel"]["mesh"]["dp"] = 1 << 20; }, "/parallel/ranks", "replicas of equally many ranks");

@@ -3,6 +3,8 @@
 #include <QComboBox>
 #include <QToolBar>
 #include <QtTest>
+
+#include <nlohmann/json.hpp>
 #include <QMenu>
 #include <QClipboard>
 #include <QDockWidget>
@@ -117,6 +119,29 @@ private slots:
         for (int n : scene->highlighted()) names << QString::fromStdString(scene->loaded()->view.nodes[n].name);
         QVERIFY2(names.contains(QStringLiteral("fc2")), qPrintable(names.join(QStringLiteral(", "))));
         QVERIFY(w.inspector()->text().contains(QStringLiteral("linear")));
+    }
+
+    /// An op with a source line in its plan shows it in the inspector; one without shows none.
+    void inspectorShowsTheSourceLine() {
+        QTemporaryDir dir;
+        QFile in(example(QStringLiteral("mlp-tp2.json")));
+        QVERIFY(in.open(QIODevice::ReadOnly));
+        auto doc = nlohmann::json::parse(in.readAll().toStdString());
+        for (auto& o : doc["parallel"]["ops"])
+            if (o["id"] == "fc2@r1") o["source"] = {{"file", "megatron/core/tensor_parallel/layers.py"}, {"line", 973}, {"function", "forward"}, {"code", "output_ = output_parallel"}};
+        const auto path = dir.filePath(QStringLiteral("sourced.json"));
+        QFile out(path);
+        QVERIFY(out.open(QIODevice::WriteOnly));
+        out.write(QByteArray::fromStdString(doc.dump()));
+        out.close();
+        MainWindow w;
+        QVERIFY(openAndWait(w, path));
+        auto* scene = w.scene();
+        scene->selectNode(nodeNamed(scene, "fc2@r1", ViewSide::Parallel));
+        QVERIFY2(w.inspector()->text().contains(QStringLiteral("megatron/core/tensor_parallel/layers.py:973 in forward")), qPrintable(w.inspector()->text()));
+        QVERIFY(w.inspector()->text().contains(QStringLiteral("output_ = output_parallel")));
+        scene->selectNode(nodeNamed(scene, "fc2@r0", ViewSide::Parallel));
+        QVERIFY(!w.inspector()->text().contains(QStringLiteral("layers.py")));
     }
 
     void findSelectsAndCenters() {

@@ -249,6 +249,41 @@ private slots:
         QCOMPARE(j["failure"]["coordinates"]["tp"].get<int>(), 0);
     }
 
+    /// A failing op with a source line in the plan (a captured graph's framework line) is named
+    /// with it in the text, JSON and HTML reports, in process and from solver processes; the
+    /// logical op's own line too.
+    void failureNamesTheSourceLine_data() {
+        QTest::addColumn<bool>("isolate");
+        QTest::newRow("in process") << false;
+        QTest::newRow("solver processes") << true;
+    }
+    void failureNamesTheSourceLine() {
+        QFETCH(bool, isolate);
+        auto doc = loadJson("mlp-tp2-missing-allreduce.json");
+        auto plain = verify(*loadPlan(doc), 2, isolate);
+        QVERIFY(plain.failure && !plain.failure->source && !plain.failure->logicalSource);
+        const auto failing = plain.failure->parallelOp, logicalOp = plain.failure->logicalOp;
+        QVERIFY(!failing.empty() && !logicalOp.empty());
+        for (auto& o : doc["parallel"]["ops"])
+            if (o["id"] == failing) o["source"] = {{"file", "megatron/core/tensor_parallel/layers.py"}, {"line", 973}, {"function", "forward"}, {"code", "output_ = output_parallel"}};
+        for (auto& o : doc["logical"]["ops"])
+            if (o["id"] == logicalOp) o["source"] = {{"file", "model.py"}, {"line", 12}};
+        auto r = verify(*loadPlan(doc), 2, isolate);
+        QVERIFY(r.verdict == Verdict::NotEquivalent);
+        QCOMPARE(r.failure->parallelOp, failing);
+        QVERIFY(r.failure->source && r.failure->source->line == 973);
+        QVERIFY(r.failure->logicalSource && r.failure->logicalSource->file == "model.py");
+        const auto text = r.failure->toText();
+        QVERIFY2(text.find("source megatron/core/tensor_parallel/layers.py:973 in forward: output_ = output_parallel") != std::string::npos, text.c_str());
+        QVERIFY2(text.find("logical source model.py:12") != std::string::npos, text.c_str());
+        const auto j = r.failure->toJson();
+        QCOMPARE(j["source"]["line"].get<int>(), 973);
+        const auto back = Failure::fromJson(j);
+        QVERIFY(back.source == r.failure->source && back.logicalSource == r.failure->logicalSource);
+        const auto html = reportToHtml(r);
+        QVERIFY(html.find("layers.py:973 in forward") != std::string::npos);
+    }
+
     void isomorphicStagesAreProvenOnce() {
         auto plan = loadPlan(loadJson("mlp4-dp2-tp2-pp2.json"));
         VerifyOptions reuse, fresh;

@@ -166,6 +166,8 @@ void Inspector::show(const LoadedPlan* loaded, int node) {
         }
         if (o.microbatch >= 0) row(tr("microbatch"), QString::number(o.microbatch));
         if (n.stage != kNone) row(tr("stage"), QString::number(n.stage));
+        if (const auto* s = plan.opSource(g, n.id))
+            row(tr("source"), esc(s->toString()) + (s->code.empty() ? QString() : QStringLiteral("<br><code>%1</code>").arg(esc(s->code))));
         const auto& attrs = plan.opAttrs(g, n.id);
         if (!attrs.empty()) row(tr("attributes"), esc(attrs.dump()));
         QStringList ins, outs;

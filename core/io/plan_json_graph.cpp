@@ -4,6 +4,8 @@
 #include "io/plan_reader.hpp"
 
 #include <algorithm>
+#include <limits>
+#include <optional>
 
 #include "model/text.hpp"
 #include "ops/registry.hpp"
@@ -128,8 +130,26 @@ void Reader::readGraph(const json& obj, const std::string& base, Graph& g, bool 
         info.attrs = plan_->internAttrs(attrs);
         std::int64_t mb = -1;
         if (intMember(o, "microbatch", path, mb, false, 0, listedMicrobatches() - 1)) info.microbatch = static_cast<std::int32_t>(mb);
+        // Where the op comes from (a captured graph's framework line): shown, never proven.
+        std::optional<SourceLine> source;
+        if (auto* src = objectMember(o, "source", path, false)) {
+            const auto spath = path + "/source";
+            rejectUnknownKeys(*src, spath, {"file", "line", "function", "code"}, "source");
+            SourceLine s;
+            std::int64_t line = 0;
+            auto* file = stringMember(*src, "file", spath);
+            const bool lineOk = intMember(*src, "line", spath, line, true, 1, std::numeric_limits<std::int32_t>::max());
+            if (auto* fn = stringMember(*src, "function", spath, false)) s.function = fn->get<std::string>();
+            if (auto* code = stringMember(*src, "code", spath, false)) s.code = code->get<std::string>();
+            if (file && lineOk) {
+                s.file = file->get<std::string>();
+                s.line = static_cast<std::int32_t>(line);
+                if (s.file.empty()) fail(spath + "/file", who + ": the source file is empty");
+                else source = std::move(s);
+            }
+        }
         for (auto it = o.begin(); it != o.end(); ++it) {
-            static const std::vector<std::string> known = {"id", "op", "inputs", "outputs", "attrs", "phase", "rank", "group", "microbatch", "across_replicas", "index_from_replica", "across_microbatches"};
+            static const std::vector<std::string> known = {"id", "op", "inputs", "outputs", "attrs", "phase", "rank", "group", "microbatch", "across_replicas", "index_from_replica", "across_microbatches", "source"};
             if (std::find(known.begin(), known.end(), it.key()) == known.end())
                 fail(path + "/" + it.key(), who + ": unknown op key \"" + it.key() + "\"");
         }
@@ -364,6 +384,7 @@ void Reader::readGraph(const json& obj, const std::string& base, Graph& g, bool 
         }
         g.opByName.emplace(info.name, opId);
         g.ops.push_back(info);
+        if (source) plan_->setOpSource(g, opId, *source);
     }
     if (bad()) return;
     std::vector<OpId> cycle;

@@ -43,6 +43,12 @@ json writeGraph(const Plan& p, const Graph& g, bool parallel) {
         if (oi.acrossReplicas) j["across_replicas"] = true;
         if (oi.indexFromReplica) j["index_from_replica"] = true;
         if (oi.acrossMicrobatches) j["across_microbatches"] = true;
+        if (const auto* s = p.opSource(g, o)) {
+            json src = {{"file", s->file}, {"line", s->line}};
+            if (!s->function.empty()) src["function"] = s->function;
+            if (!s->code.empty()) src["code"] = s->code;
+            j["source"] = std::move(src);
+        }
         ops.push_back(std::move(j));
     }
     return json{{"tensors", std::move(tensors)}, {"ops", std::move(ops)}};

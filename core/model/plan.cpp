@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <queue>
 
+#include "model/instance_names.hpp"
+
 namespace tv {
 
 std::int64_t numel(const Shape& s) {
@@ -163,6 +165,37 @@ std::uint32_t Plan::internGroup(const std::vector<std::int32_t>& g) {
     groups.push_back(g);
     groupIds_.emplace(std::move(key), id);
     return id;
+}
+
+std::string SourceLine::toString() const {
+    return file + ":" + std::to_string(line) + (function.empty() ? std::string() : " in " + function);
+}
+
+const SourceLine* Plan::opSource(bool parallelGraph, std::string_view opName) const {
+    const auto& table = parallelGraph ? parallelOpSources : logicalOpSources;
+    if (table.empty() || opName.empty()) return nullptr;
+    auto lookup = [&](std::string_view n) -> const SourceLine* {
+        const auto id = names.find(n);
+        if (id == kNone) return nullptr;
+        auto it = table.find(id);
+        return it == table.end() || it->second >= sourceLines.size() ? nullptr : &sourceLines[it->second];
+    };
+    if (const auto* s = lookup(opName)) return s;
+    const auto stored = instance::storedName(opName);
+    return stored != opName ? lookup(stored) : nullptr;
+}
+
+const SourceLine* Plan::opSource(const Graph& g, OpId op) const {
+    if (op >= g.ops.size()) return nullptr;
+    return opSource(&g == &parallel, names.str(g.ops[op].name));
+}
+
+void Plan::setOpSource(const Graph& g, OpId op, const SourceLine& s) {
+    std::string key = s.file;
+    key += '\n' + std::to_string(s.line) + '\n' + s.function + '\n' + s.code;
+    auto [it, fresh] = sourceIds_.emplace(std::move(key), static_cast<std::uint32_t>(sourceLines.size()));
+    if (fresh) sourceLines.push_back(s);
+    (&g == &parallel ? parallelOpSources : logicalOpSources)[g.ops[op].name] = it->second;
 }
 
 const nlohmann::json& Plan::opAttrs(const Graph& g, OpId op) const {

@@ -87,6 +87,19 @@ struct TensorInfo {
     OpId producer = kNone;
 };
 
+/// Where an op comes from in the program that produced the plan: the framework's source line of
+/// a captured PyTorch graph's node (`megatron/core/tensor_parallel/layers.py:252 in forward`).
+/// Shown in diagnoses and the Studio; never read by a proof.
+struct SourceLine {
+    std::string file;
+    std::int32_t line = 0;
+    std::string function;
+    std::string code;
+    /// "FILE:LINE in FUNCTION" (without the code).
+    std::string toString() const;
+    friend bool operator==(const SourceLine&, const SourceLine&) = default;
+};
+
 struct OpInfo {
     NameId name = kNone;
     OpKind kind = 0;
@@ -231,6 +244,18 @@ public:
     /// Read from (or to be written as) a version 3 file: the writer stores repeated blocks once.
     bool storedWithRepeats = false;
 
+    /// Source lines of ops, by op name (a side table: most plans have none, and the ops of plans
+    /// with hundreds of millions of ops stay as small as they were). `sourceLines` holds each
+    /// distinct line once.
+    std::vector<SourceLine> sourceLines;
+    std::unordered_map<NameId, std::uint32_t> logicalOpSources, parallelOpSources;
+    /// The source line of an op of `g` (logical or parallel), or of the op stored once that a
+    /// written-out instance stands for; null if it has none.
+    const SourceLine* opSource(const Graph& g, OpId op) const;
+    /// The same by name, for the op of the logical (`parallel` false) or parallel graph.
+    const SourceLine* opSource(bool parallel, std::string_view opName) const;
+    void setOpSource(const Graph& g, OpId op, const SourceLine& s);
+
     ShapeId internShape(const Shape& s);
     AttrId internAttrs(const nlohmann::json& a);
     std::uint32_t internGroup(const std::vector<std::int32_t>& g);
@@ -250,6 +275,7 @@ private:
     std::unordered_map<std::string, AttrId> attrIds_;
     std::vector<std::string> attrTexts_;  ///< per attribute set, its canonical text
     std::unordered_map<std::string, std::uint32_t> groupIds_;
+    std::unordered_map<std::string, std::uint32_t> sourceIds_;  ///< a source line's text -> its index in sourceLines
 };
 
 }  // namespace tv

@@ -120,6 +120,18 @@ Failure Failure::fromJson(const nlohmann::json& j) {
     f.stage = numberOr<std::uint32_t>(j, "stage", kNone);
     f.logicalOp = stringOr(j, "logical_op");
     f.parallelOp = stringOr(j, "parallel_op");
+    auto sourceOf = [&](const char* key) -> std::optional<SourceLine> {
+        auto it = j.find(key);
+        if (it == j.end() || it->is_null()) return std::nullopt;
+        SourceLine s;
+        s.file = it->at("file").get<std::string>();
+        s.line = it->at("line").get<std::int32_t>();
+        s.function = stringOr(*it, "function");
+        s.code = stringOr(*it, "code");
+        return s;
+    };
+    f.source = sourceOf("source");
+    f.logicalSource = sourceOf("logical_source");
     f.rank = numberOr<std::int32_t>(j, "rank", -1);
     if (auto it = j.find("coordinates"); it != j.end()) f.coordinates = *it;
     f.microbatch = numberOr<std::int32_t>(j, "microbatch", -1);
@@ -189,6 +201,14 @@ nlohmann::json Failure::toJson() const {
         {"message", message},
     };
     if (!otherEnd.empty()) j["other_end"] = otherEnd;
+    auto sourceJson = [](const SourceLine& s) {
+        nlohmann::json o = {{"file", s.file}, {"line", s.line}};
+        if (!s.function.empty()) o["function"] = s.function;
+        if (!s.code.empty()) o["code"] = s.code;
+        return o;
+    };
+    if (source) j["source"] = sourceJson(*source);
+    if (logicalSource) j["logical_source"] = sourceJson(*logicalSource);
     if (trace) j["trace"] = trace->toJson();
     if (!otherEndTensor.empty()) j["other_end_tensor"] = {{"side", otherEndLogical ? "logical" : "parallel"}, {"tensor", otherEndTensor}};
     auto list = [](const std::vector<TensorValues>& v) {
@@ -233,8 +253,13 @@ std::string Failure::toText() const {
         if (!coordinates.empty()) os << " (" << formatCoordinates(coordinates) << ")";
         if (microbatch >= 0) os << ", microbatch " << microbatch;
         os << "\n";
+        if (source) os << "  source " << source->toString() << (source->code.empty() ? "" : ": " + source->code) << "\n";
     }
-    if (!logicalOp.empty()) os << "  logical op " << logicalOp << "\n";
+    if (!logicalOp.empty()) {
+        os << "  logical op " << logicalOp << "\n";
+        if (logicalSource && !(source && *source == *logicalSource))
+            os << "  logical source " << logicalSource->toString() << (logicalSource->code.empty() ? "" : ": " + logicalSource->code) << "\n";
+    }
     if (!tensor.empty()) {
         os << "  tensor " << tensor;
         if (!slice.empty()) os << " slice " << slice;

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -111,6 +112,8 @@ struct Failure {
     std::vector<TensorValues> example;    ///< stage inputs (logical)
     std::vector<TensorValues> logical;    ///< logical values of the failing tensor
     std::vector<TensorValues> parallel;   ///< parallel values of the failing copy
+    std::optional<SourceLine> source;         ///< the parallel op's framework source line, if the plan has one
+    std::optional<SourceLine> logicalSource;  ///< the logical op's
     std::string otherEnd;                 ///< dataflow broken: the other end of the problem
     std::string otherEndTensor;           ///< the other end's tensor, by name (for highlighting)
     bool otherEndLogical = false;         ///< whether otherEndTensor is a logical tensor (else parallel)

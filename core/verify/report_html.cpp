@@ -61,10 +61,15 @@ void failureSection(std::ostringstream& os, const Failure& f, const char* headin
     os << "<table>\n";
     row(os, "stage", f.stage == kNone ? std::string() : std::to_string(f.stage));
     row(os, "parallel op", f.parallelOp);
+    auto sourceText = [](const std::optional<SourceLine>& s) {
+        return s ? s->toString() + (s->code.empty() ? std::string() : ": " + s->code) : std::string();
+    };
+    row(os, "source", sourceText(f.source));
     row(os, "rank", f.rank >= 0 ? std::to_string(f.rank) : std::string());
     row(os, "coordinates", formatCoordinates(f.coordinates));
     row(os, "microbatch", f.microbatch >= 0 ? std::to_string(f.microbatch) : std::string());
     row(os, "logical op", f.logicalOp);
+    if (!(f.logicalSource && f.source && *f.logicalSource == *f.source)) row(os, "logical source", sourceText(f.logicalSource));
     row(os, "logical tensor", f.tensor);
     row(os, "parallel tensor", f.parallelTensor);
     row(os, "slice", f.slice);

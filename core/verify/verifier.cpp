@@ -460,6 +460,11 @@ VerifyReport VerificationRun::run() {
         }
         if (r.failure) rep.failures.push_back(*r.failure);
     }
+    // The framework's source line of the failing op and of its logical op, where the plan says.
+    for (auto& f : rep.failures) {
+        if (const auto* s = plan_.opSource(true, f.parallelOp)) f.source = *s;
+        if (const auto* s = plan_.opSource(false, f.logicalOp)) f.logicalSource = *s;
+    }
     auto firstOf = [&](bool inconclusive) -> std::optional<Failure> {
         for (const auto& f : rep.failures)
             if (isInconclusive(f.kind) == inconclusive) return f;
