@@ -145,6 +145,19 @@ public:
         return out;
     }
 
+    /// Items separated by commas, a trailing comma allowed, up to `close` (already past the opening
+    /// bracket): `each` reads one item.
+    template <class F>
+    void items(std::string_view close, F&& each) {
+        bool first = true;
+        while (!accept(close)) {
+            if (!first) expect(",");
+            first = false;
+            if (accept(close)) break;
+            each();
+        }
+    }
+
     /// "f32[8, 1536]"
     TensorType annotation() {
         const auto text = quoted();
@@ -227,16 +240,7 @@ public:
             ++pos_;
             Value v;
             v.kind = c == '[' ? Value::Kind::List : Value::Kind::Tuple;
-            const char close = c == '[' ? ']' : ')';
-            while (true) {
-                skip();
-                if (accept(std::string_view(&close, 1))) break;
-                v.items.push_back(value(depth + 1));
-                skip();
-                if (accept(",")) continue;
-                if (accept(std::string_view(&close, 1))) break;
-                failHere(std::string("expected \",\" or \"") + close + "\"");
-            }
+            items(c == '[' ? "]" : ")", [&] { v.items.push_back(value(depth + 1)); });
             return v;
         }
         if (c == '\'' || c == '"') {
@@ -265,15 +269,11 @@ public:
             v.kind = Value::Kind::Device;
             std::string type;
             std::int64_t index = -1;
-            bool first = true;
-            while (!accept(")")) {
-                if (!first) expect(",");
-                first = false;
-                if (accept(")")) break;
+            items(")", [&] {
                 skip();
                 if (s_.substr(pos_, 1) == "'" || s_.substr(pos_, 1) == "\"") {
                     type = quoted();
-                    continue;
+                    return;
                 }
                 const auto key = ident();
                 expect("=");
@@ -283,7 +283,7 @@ public:
                     if (n.kind != Value::Kind::Int) fail("a device index is not an integer");
                     index = n.i;
                 } else fail("unknown device argument " + key);
-            }
+            });
             v.text = type + (index >= 0 ? ":" + std::to_string(index) : std::string());
             return v;
         }
@@ -323,11 +323,7 @@ public:
 
     /// The arguments of a call, after its "(": positional, then `key = value`.
     void arguments(Node& node) {
-        bool first = true;
-        while (!accept(")")) {
-            if (!first) expect(",");
-            first = false;
-            if (accept(")")) break;
+        items(")", [&] {
             // key = value?
             skip();
             const auto save = pos_;
@@ -340,13 +336,13 @@ public:
                     for (const auto& [k, _] : node.kwargs)
                         if (k == id) fail("the keyword argument " + std::string(id) + " is given twice");
                     node.kwargs.emplace_back(std::string(id), value(1));
-                    continue;
+                    return;
                 }
                 pos_ = save;
             }
             if (!node.kwargs.empty()) failHere("a positional argument after a keyword argument");
             node.args.push_back(value(1));
-        }
+        });
     }
 
     /// What the `; a = b = None` tail frees: names only, all defined (or the one this line defines,
@@ -522,11 +518,7 @@ TorchGraph readFxText(std::string_view text, const std::string& file, const Read
             // [primals, tangents]: forward's untyped parameters, in order
             r.expect("[");
             std::vector<std::string> params;
-            while (!r.accept("]")) {
-                if (!params.empty()) r.expect(",");
-                if (r.accept("]")) break;
-                params.push_back(r.ident());
-            }
+            r.items("]", [&] { params.push_back(r.ident()); });
             if (params != untypedParams) r.fail("the flattened parameters are not forward's parameters");
             r.expect(",");
             if (r.dotted() != "self._in_spec") r.fail("expected self._in_spec");
