@@ -225,6 +225,52 @@ private slots:
         QVERIFY2(bad.err.contains(tmp.filePath("fw.g0.r1.py") + ":") && bad.err.contains("nowhere is used before it is defined"), qPrintable(bad.err));
     }
 
+    // PyTorch graphs verify from the command line: one file per rank after --parallel. The bug
+    // pairs are never EQUIVALENT, nothing crashes, and graphs that are not one program are exit 3.
+    void verifyTorchPair() {
+        const QString dir = QStringLiteral(TV_SOURCE_DIR "/resources/torch-graphs/");
+        struct Pair {
+            const char* logical;
+            std::vector<const char*> ranks;
+            bool bug;
+        };
+        const std::vector<Pair> pairs = {
+            {"gpt/paral1_layer1/fw.g0.r0.py", {"gpt/paral2_layer1/fw.g0.r0.py", "gpt/paral2_layer1/fw.g0.r1.gpickle"}, false},
+            {"qwen2/paral1_layer1/fw.g0.r0.py", {"qwen2/paral2_layer1/fw.g0.r0.py", "qwen2/paral2_layer1/fw.g0.r1.py"}, false},
+            {"bug_grad_accumulation/1step/fw.g0.r0.py", {"bug_grad_accumulation/2step.bug/fw.g0.r0.py"}, true},
+            {"bug_missing_layernorm_allreduce/tp1/both.g0.r0.py",
+             {"bug_missing_layernorm_allreduce/tp2.bug/both.g0.r0.py", "bug_missing_layernorm_allreduce/tp2.bug/both.g0.r1.py"}, true},
+        };
+        for (const auto& p : pairs) {
+            QStringList args{"verify", "--logical", dir + p.logical, "--parallel"};
+            for (const auto* r : p.ranks) args << dir + r;
+            args << "--json" << "-";
+            auto r = trainverify(args);
+            QVERIFY2(r.exitCode >= 0 && r.exitCode <= 2, qPrintable(QString(p.logical) + "\n" + r.out + r.err));
+            if (p.bug) QVERIFY2(r.exitCode != 0, qPrintable(QString(p.logical) + " is a known bug\n" + r.out));
+            auto j = QJsonDocument::fromJson(r.out.toUtf8()).object();
+            QCOMPARE(j["torch"].toObject()["ranks"].toArray().size(), static_cast<qsizetype>(p.ranks.size()));
+            if (r.exitCode == 2) QVERIFY2(!j["failure"].toObject()["message"].toString().isEmpty(), qPrintable(r.out));
+        }
+        // Two files of one rank, a file that is not a graph: exit 3, naming the files.
+        auto twice = trainverify({"verify", "--logical", dir + "gpt/paral1_layer1/fw.g0.r0.py", "--parallel", dir + "gpt/paral2_layer1/fw.g0.r0.py",
+                                  dir + "gpt/paral2_layer1/fw.g0.r0.gpickle"});
+        QCOMPARE(twice.exitCode, 3);
+        QVERIFY2(twice.out.contains("rank 0 is given twice"), qPrintable(twice.out));
+        QTemporaryDir tmp;
+        QFile junk(tmp.filePath("fw.g0.r1.py"));
+        QVERIFY(junk.open(QIODevice::WriteOnly));
+        junk.write("def forward(self):\n    x = y\n");
+        junk.close();
+        auto bad = trainverify({"verify", "--logical", dir + "gpt/paral1_layer1/fw.g0.r0.py", "--parallel", dir + "gpt/paral2_layer1/fw.g0.r0.py", tmp.filePath("fw.g0.r1.py")});
+        QCOMPARE(bad.exitCode, 3);
+        QVERIFY2(bad.out.contains(tmp.filePath("fw.g0.r1.py")), qPrintable(bad.out));
+        // An nnScaler pair is one file each.
+        auto many = trainverify({"verify", "--logical", "a.pkl", "--parallel", "b.pkl", "c.pkl"});
+        QCOMPARE(many.exitCode, 3);
+        QVERIFY2(many.out.contains("one file per rank is for PyTorch graphs"), qPrintable(many.out));
+    }
+
     // A pair of nnScaler plans verifies from the command line with the usual verdicts, exit codes
     // and JSON report; convert writes the mapped plan; bad input is exit code 3 with a reason.
     void verifyNnScalerPair() {

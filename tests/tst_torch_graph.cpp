@@ -13,6 +13,7 @@
 
 #include "torch/rank_set.hpp"
 #include "torch/torch_graph.hpp"
+#include "torch/torch_lowering.hpp"
 
 using namespace tv::torch;
 
@@ -398,6 +399,111 @@ private slots:
         } catch (const TorchGraphError& e) {
             QVERIFY2(std::string(e.what()).find(message.toStdString()) != std::string::npos, e.what());
         }
+    }
+
+    /// Lowering onto the registry: Megatron's vocabulary-parallel idioms become embedding and
+    /// target_logit over the rank's part of the vocabulary (no literal vocabulary offset left),
+    /// collectives become one op over their group, and every call without semantics is named with
+    /// its rank and framework line.
+    void lowering_data() {
+        QTest::addColumn<QString>("dir");
+        QTest::addColumn<int>("ranks");
+        QTest::newRow("gpt tp2") << "gpt/paral2_layer1" << 2;
+        QTest::newRow("gpt tp4") << "gpt/paral4_layer1" << 4;
+        QTest::newRow("gpt tp2, 2 layers") << "gpt/paral2_layer2" << 2;
+    }
+    void lowering() {
+        QFETCH(QString, dir);
+        QFETCH(int, ranks);
+        const auto base = graphsDir() + dir.toStdString() + "/fw.g0.r";
+        std::vector<std::string> files;
+        for (int r = 0; r < ranks; ++r) files.push_back(base + std::to_string(r) + ".py");
+        const auto set = loadRankSet(graphsDir() + "gpt/paral1_layer" + dir.right(1).toStdString() + "/fw.g0.r0.py", files);
+        const auto L = lowerLogical(set);
+        const auto P = lowerParallel(set);
+        auto countOps = [](const LoweredProgram& p, const std::string& kind, int rank, bool withParts) {
+            int n = 0;
+            for (const auto& o : p.ops)
+                if (o.kind == kind && o.rank == rank && o.attrs.contains("parts") == withParts) {
+                    if (withParts) {
+                        if (o.attrs["index"] != rank) return -1;
+                    }
+                    ++n;
+                }
+            return n;
+        };
+        // The single device: the word and position embeddings, one target logit, no parts.
+        QCOMPARE(countOps(L, "embedding", -1, false), 2);
+        QCOMPARE(countOps(L, "target_logit", -1, false), 1);
+        QCOMPARE(countOps(L, "embedding", -1, true), 0);
+        for (const auto& o : L.ops) QVERIFY2(o.group.empty() && o.kind.find("all_") != 0 && o.kind != "reduce_scatter", o.name.c_str());
+        for (int r = 0; r < ranks; ++r) {
+            QCOMPARE(countOps(P, "embedding", r, true), 1);   // the word embedding's vocabulary part r
+            QCOMPARE(countOps(P, "embedding", r, false), 1);  // the position embedding, whole
+            QCOMPARE(countOps(P, "target_logit", r, true), 1);
+        }
+        // Each collective is one op over every rank; tensors live on the ranks they say.
+        int collectives = 0;
+        std::vector<int> all(static_cast<std::size_t>(ranks));
+        for (int r = 0; r < ranks; ++r) all[static_cast<std::size_t>(r)] = r;
+        for (const auto& o : P.ops) {
+            if (o.group.empty()) {
+                for (int t : o.inputs) QCOMPARE(P.tensors[static_cast<std::size_t>(t)].rank, o.rank);
+                continue;
+            }
+            ++collectives;
+            QVERIFY(o.group == all);
+            QCOMPARE(static_cast<int>(o.outputs.size()), ranks);
+            for (std::size_t k = 0; k < o.outputs.size(); ++k) QCOMPARE(P.tensors[static_cast<std::size_t>(o.outputs[k])].rank, o.group[k]);
+        }
+        QCOMPARE(collectives, static_cast<int>(set.collectives.size()));
+        // Each op keeps its framework line; what has no semantics is named with rank and line.
+        for (const auto& o : P.ops)
+            if (o.group.empty()) QVERIFY2(o.source >= 0, o.name.c_str());
+        for (const auto& u : P.unsupported) {
+            QVERIFY(u.rank >= 0 && u.rank < ranks);
+            const auto d = u.describe(P.sources);
+            QVERIFY2(d.find(u.target) != std::string::npos && d.find("on rank " + std::to_string(u.rank)) != std::string::npos, d.c_str());
+        }
+        // The constants Megatron's idioms write are assumed, and said to be.
+        QVERIFY(!P.assumptions.empty());
+    }
+
+    /// A call without semantics, a vocabulary offset that is not a part, a cast between integers
+    /// and floats: each leaves its result unsupported, named, never guessed.
+    void loweringNamesWhatItCannotDo_data() {
+        QTest::addColumn<QString>("from");
+        QTest::addColumn<QString>("to");
+        QTest::addColumn<QString>("node");
+        QTest::addColumn<QString>("reason");
+        QTest::newRow("unknown op") << "torch.ops.aten.gelu.default(add_4)" << "torch.ops.aten.celu.default(add_4)" << "gelu" << "no semantics for this operator yet";
+        QTest::newRow("offset not a part") << "torch.ops.aten.lt.Scalar(_to_copy, 0)" << "torch.ops.aten.lt.Scalar(_to_copy, 7)" << "index_put"
+                                           << "an index_put outside Megatron's vocabulary idioms";
+        QTest::newRow("tanh gelu") << "torch.ops.aten.gelu.default(add_4)" << "torch.ops.aten.gelu.default(add_4, approximate = 'tanh')" << "gelu"
+                                   << "the tanh approximation of GELU";
+    }
+    void loweringNamesWhatItCannotDo() {
+        QFETCH(QString, from);
+        QFETCH(QString, to);
+        QFETCH(QString, node);
+        QFETCH(QString, reason);
+        const auto dir = graphsDir() + "gpt/paral2_layer1/";
+        auto text = slurp(dir + "fw.g0.r0.py");
+        const auto at = text.find(from.toStdString());
+        QVERIFY(at != std::string::npos);
+        text.replace(at, static_cast<std::size_t>(from.size()), to.toStdString());
+        auto set = assembleRankSet(readTorchGraphFile(graphsDir() + "gpt/paral1_layer1/fw.g0.r0.py"),
+                                   {readFxText(text, dir + "fw.g0.r0.py"), readTorchGraphFile(dir + "fw.g0.r1.py")});
+        const auto P = lowerParallel(set);
+        bool found = false;
+        for (const auto& u : P.unsupported)
+            if (u.node == node.toStdString() && u.rank == 0) {
+                found = true;
+                QVERIFY2(u.reason == reason.toStdString(), u.reason.c_str());
+                QVERIFY(u.describe(P.sources).find(".py:") != std::string::npos);
+            }
+        QVERIFY2(found, qPrintable(node));
+        for (const auto& o : P.ops) QVERIFY2(!(o.rank == 0 && o.torchNode == node.toStdString()), o.name.c_str());
     }
 
     void rankFromTheFileName() {

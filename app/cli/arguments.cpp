@@ -80,6 +80,15 @@ Arguments& Arguments::text(std::initializer_list<std::string_view> names, std::s
     });
 }
 
+Arguments& Arguments::list(std::initializer_list<std::string_view> names, std::vector<std::string>* out, std::string need) {
+    value(names, std::move(need), [out](const std::string& v) {
+        out->push_back(v);
+        return std::string();
+    });
+    options_.back().many = true;
+    return *this;
+}
+
 Arguments& Arguments::value(std::initializer_list<std::string_view> names, std::string need, Apply apply) {
     options_.push_back({{names.begin(), names.end()}, true, std::move(need), std::move(apply)});
     return *this;
@@ -119,6 +128,8 @@ std::string Arguments::parse(const std::vector<std::string>& args) const {
         if (const auto* o = find(a)) {
             if (o->takesValue && i + 1 >= args.size()) return o->need;
             if (auto problem = o->apply(o->takesValue ? args[++i] : std::string()); !problem.empty()) return problem;
+            while (o->many && i + 1 < args.size() && !(args[i + 1].size() > 1 && args[i + 1][0] == '-'))
+                if (auto problem = o->apply(args[++i]); !problem.empty()) return problem;
         } else if (a.size() > 1 && a[0] == '-') {
             return command_ + ": unknown option " + a;
         } else if (!positional_) {

@@ -45,6 +45,9 @@ public:
     /// `--name VALUE` into `*out`; `need` is the message when the value is missing (or is "-"
     /// where standard output is no place for it: !dashAllowed).
     Arguments& text(std::initializer_list<std::string_view> names, std::string* out, std::string need, bool dashAllowed = true);
+    /// `--name VALUE...`: one or more values (up to the next option) appended to `*out`, and the
+    /// option may be given again.
+    Arguments& list(std::initializer_list<std::string_view> names, std::vector<std::string>* out, std::string need);
     /// `--name VALUE` read by `apply`; `need` is the message when the value is missing.
     Arguments& value(std::initializer_list<std::string_view> names, std::string need, Apply apply);
     /// `--name N`: a whole number from `min` to `max`. Not a number: `notANumber` (default
@@ -66,6 +69,7 @@ private:
         bool takesValue = false;
         std::string need;
         Apply apply;
+        bool many = false;  ///< takes every value up to the next option
     };
     const Option* find(const std::string& name) const;
 

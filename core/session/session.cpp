@@ -9,6 +9,7 @@
 
 #include "explore/verified_view.hpp"
 #include "nnscaler/nnscaler_pair.hpp"
+#include "torch/torch_pair.hpp"
 #include "verify/report_html.hpp"
 #include "verify/symmetry.hpp"
 
@@ -24,13 +25,13 @@ double secondsSince(std::chrono::steady_clock::time_point t0) {
 
 std::string OpenResult::message() const {
     if (ok()) return {};
-    if (!source.nnScalerPair()) {
+    if (!source.nnScalerPair() && !source.torchPair()) {
         std::string text = source.path + ":";
         for (const auto& p : problems) text += "\n" + p.toString();
         return text;
     }
     return std::string(headline(refusal.verdict)) + ": " +
-           (refusal.failure ? refusal.failure->message : std::string("the nnScaler plans cannot be mapped"));
+           (refusal.failure ? refusal.failure->message : std::string("the pair cannot be mapped"));
 }
 
 OpenResult openPlanFile(const std::string& path) {
@@ -52,7 +53,7 @@ OpenResult openPlanFile(const std::string& path) {
 
 OpenResult openNnScalerPair(const std::string& logicalPath, const std::string& parallelPath) {
     OpenResult r;
-    r.source = {parallelPath, logicalPath};
+    r.source = {parallelPath, logicalPath, {}};
     auto pair = nnscaler::loadPair(logicalPath, parallelPath);
     r.seconds = pair.seconds;
     if (!pair.plan) {
@@ -70,6 +71,47 @@ OpenResult openNnScalerPair(const std::string& logicalPath, const std::string& p
     opened->readSeconds = r.seconds;
     r.opened = std::move(opened);
     return r;
+}
+
+OpenResult openTorchPair(const std::string& logicalPath, const std::vector<std::string>& rankPaths) {
+    OpenResult r;
+    r.source = {rankPaths.empty() ? std::string() : rankPaths[0], logicalPath, rankPaths};
+    auto pair = torch::loadTorchPair(logicalPath, rankPaths);
+    r.seconds = pair.seconds;
+    auto opened = std::make_shared<OpenedPlan>();
+    opened->source = r.source;
+    opened->mappingNotes = std::move(pair.notes);
+    for (auto& o : pair.outputs) opened->mappingNotes.push_back(std::move(o));
+    opened->mappingUnchecked = std::move(pair.unchecked);
+    if (!pair.plan) {
+        // Unreadable graphs, a result that needs an operator without semantics, or an input whose
+        // layout cannot be told (with what was noticed before, as warnings).
+        finishReport(*opened, pair.report);
+        r.refusal = std::move(pair.report);
+        return r;
+    }
+    opened->plan = std::shared_ptr<const Plan>(std::move(pair.plan));
+    opened->readSeconds = r.seconds;
+    r.opened = std::move(opened);
+    return r;
+}
+
+OpenResult openPair(const std::string& logicalPath, const std::vector<std::string>& parallelPaths) {
+    if (torch::isTorchGraphPath(logicalPath)) return openTorchPair(logicalPath, parallelPaths);
+    if (parallelPaths.size() != 1) {
+        OpenResult r;
+        r.source = {parallelPaths.empty() ? std::string() : parallelPaths[0], logicalPath, {}};
+        r.refusal.verdict = Verdict::Invalid;
+        Failure f;
+        f.kind = FailureKind::InvalidPlan;
+        f.message = "an nnScaler pair is one logical plan and one parallel plan (" + std::to_string(parallelPaths.size()) +
+                    " parallel files given; one file per rank is for PyTorch graphs, .py or .gpickle)";
+        r.refusal.failure = f;
+        r.refusal.failures = {f};
+        r.refusal.problems.push_back(PlanProblem{"", f.message});
+        return r;
+    }
+    return openNnScalerPair(logicalPath, parallelPaths[0]);
 }
 
 std::shared_ptr<const OpenedPlan> openedFromPlan(std::unique_ptr<Plan> plan, PlanSource source, double readSeconds) {
@@ -105,6 +147,20 @@ DrawnPlan redrawPlan(const OpenedPlan& opened, std::shared_ptr<const Plan> drawn
 }
 
 void finishReport(const OpenedPlan& opened, VerifyReport& report) {
+    if (opened.source.torchPair()) {
+        for (const auto& n : opened.mappingNotes) report.warnings.push_back("graphs: " + n);
+        for (const auto& u : opened.mappingUnchecked) report.warnings.push_back("graphs: not checked: " + u);
+        if (report.verdict == Verdict::Equivalent && !opened.mappingUnchecked.empty()) {
+            report.verdict = Verdict::Inconclusive;
+            Failure f;
+            f.kind = FailureKind::Inconclusive;
+            f.message = "every stage is proven, but " + opened.mappingUnchecked.front() + " could not be claimed" +
+                        (opened.mappingUnchecked.size() > 1 ? " (and " + std::to_string(opened.mappingUnchecked.size() - 1) + " more)" : std::string());
+            report.failure = f;
+            report.failures.insert(report.failures.begin(), f);
+        }
+        return;
+    }
     if (!opened.source.nnScalerPair()) return;
     nnscaler::PairLoad limits;
     limits.notes = opened.mappingNotes;
@@ -119,6 +175,7 @@ nlohmann::json reportDocument(const PlanSource& source, const OpenedPlan* opened
         if (opened->mutant) json["plan"]["mutant"] = {{"bug", opened->mutant->bug}, {"change", opened->mutant->change}};
     }
     if (source.nnScalerPair()) json["nnscaler"] = {{"logical", source.logicalPath}, {"parallel", source.path}};
+    if (source.torchPair()) json["torch"] = {{"logical", source.logicalPath}, {"ranks", source.rankPaths}};
     json["peak_memory_kb"] = peakMemoryKb();
     return json;
 }

@@ -31,7 +31,11 @@ namespace tv::session {
 struct PlanSource {
     std::string path;
     std::string logicalPath;
-    bool nnScalerPair() const { return !logicalPath.empty(); }
+    /// A pair of captured PyTorch programs: `logicalPath` the single-device graph, these the
+    /// ranks' graphs (`path` is the first of them).
+    std::vector<std::string> rankPaths;
+    bool torchPair() const { return !rankPaths.empty(); }
+    bool nnScalerPair() const { return !logicalPath.empty() && rankPaths.empty(); }
 };
 
 /// A plan read and checked by the validating reader: what Verify checks. A plan stored once (its
@@ -64,6 +68,10 @@ struct OpenResult {
 
 OpenResult openPlanFile(const std::string& path);
 OpenResult openNnScalerPair(const std::string& logicalPath, const std::string& parallelPath);
+/// A single-device PyTorch graph and one graph per rank (.py or .gpickle), lowered and related.
+OpenResult openTorchPair(const std::string& logicalPath, const std::vector<std::string>& rankPaths);
+/// The nnScaler pair or the PyTorch pair the paths name (by the files' extensions).
+OpenResult openPair(const std::string& logicalPath, const std::vector<std::string>& parallelPaths);
 /// A plan already read (e.g. generated), opened as if from `source`.
 std::shared_ptr<const OpenedPlan> openedFromPlan(std::unique_ptr<Plan> plan, PlanSource source, double readSeconds = 0);
 

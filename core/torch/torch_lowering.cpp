@@ -1,0 +1,1073 @@
+#include "torch/torch_lowering.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <map>
+#include <numeric>
+#include <regex>
+
+#include "model/rational.hpp"
+
+namespace tv::torch {
+
+using nlohmann::json;
+
+std::string Unsupported::describe(const std::vector<SourceLine>& sources) const {
+    std::string s = target + " (" + node + (rank >= 0 ? " on rank " + std::to_string(rank) : std::string()) + ")";
+    if (source >= 0 && static_cast<std::size_t>(source) < sources.size()) s += " at " + sources[static_cast<std::size_t>(source)].toString();
+    else if (!file.empty()) s += " in " + file + ":" + std::to_string(line);
+    return s + ": " + reason;
+}
+
+namespace {
+
+constexpr std::int64_t kFullEnd = 9223372036854775807LL;  // a slice "to the end" as Python prints it
+
+/// What a node evaluates to while lowering: a tensor, a tuple, or one of the partial forms of an
+/// idiom (masked vocabulary ids, a gather waiting for its rows to be zeroed), or why it has none.
+struct Val {
+    enum class K : std::uint8_t {
+        None, Tensor, Tuple, Unsupported, Undefined, Number, Constant,
+        IdsBelow, IdsAtOrAbove, IdsOutOfRange, IdsShift, MaskedIds, PendingEmbedding, Arange, PendingTarget, LayerNormStats
+    };
+    K k = K::None;
+    int t = -1;                      ///< Tensor; LayerNormStats: its input
+    std::vector<Val> items;          ///< Tuple
+    int why = -1;                    ///< Unsupported: index into LoweredProgram::unsupported
+    Rational num;                    ///< Number
+    bool integral = false;           ///< Number: written as an integer
+    int ids = -1;                    ///< the vocabulary ids an idiom is about (a tensor, before any view)
+    std::int64_t s = 0, e = 0;       ///< the vocabulary range [s, e)
+    int w = -1;                      ///< PendingEmbedding: the weight; PendingTarget: the logits [N, C]
+    std::vector<std::int64_t> shape; ///< MaskedIds, PendingTarget: the ids' current shape
+    std::int64_t n = 0;              ///< Arange: its length
+    Rational eps;                    ///< LayerNormStats
+};
+
+std::string numberText(double f) {
+    char buf[64];
+    auto r = std::to_chars(buf, buf + sizeof buf, f);
+    return std::string(buf, r.ptr);
+}
+
+std::optional<Rational> rationalOf(const Value& v) {
+    if (v.kind == Value::Kind::Int) return Rational(v.i);
+    if (v.kind == Value::Kind::Bool) return Rational(v.b ? 1 : 0);
+    if (v.kind == Value::Kind::Float) {
+        if (!std::isfinite(v.f)) return std::nullopt;
+        try {
+            return Rational::parse(numberText(v.f));
+        } catch (const RationalOverflow&) {
+            return std::nullopt;
+        }
+    }
+    return std::nullopt;
+}
+
+bool isIntType(DType d) { return d == DType::I8 || d == DType::I16 || d == DType::I32 || d == DType::I64 || d == DType::U8; }
+
+class Lowerer {
+public:
+    Lowerer(LoweredProgram& out, const RankSet& set, bool parallel) : p_(out), set_(set), parallel_(parallel) {}
+
+    /// Lowers one graph (rank `rank`, or the logical graph with rank -1).
+    void lowerGraph(const TorchGraph& g, int rank) {
+        g_ = &g;
+        rank_ = rank;
+        vals_.assign(g.nodes.size(), Val{});
+        sourceBase_.clear();
+        const auto slot = static_cast<std::size_t>(std::max(rank, 0));
+        if (p_.inputs.size() <= slot) p_.inputs.resize(slot + 1);
+        if (p_.outputs.size() <= slot) p_.outputs.resize(slot + 1);
+        for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+            node_ = static_cast<int>(i);
+            const auto& n = g.nodes[i];
+            try {
+                vals_[i] = lowerNode(n);
+            } catch (const NoSemantics& e) {
+                vals_[i] = unsupported(e.what());
+            }
+        }
+        auto& ins = p_.inputs[slot];
+        for (int in : g.inputs) ins.push_back(vals_[static_cast<std::size_t>(in)].k == Val::K::Tensor ? vals_[static_cast<std::size_t>(in)].t : -1);
+        auto& outs = p_.outputs[slot];
+        for (const auto& o : g.outputs) {
+            LoweredOutput lo;
+            if (o.isNode()) {
+                const auto& v = vals_[static_cast<std::size_t>(o.node)];
+                lo.node = g.nodes[static_cast<std::size_t>(o.node)].name;
+                if (v.k == Val::K::Tensor) lo.tensor = v.t;
+                else if (v.k == Val::K::Unsupported) lo.unsupported = v.why;
+                else lo.unsupported = record(o.node, "its value is " + describeKind(v.k) + ", not a tensor that can be checked");
+                lo.constantCall = constantCall(o.node);
+            }
+            outs.push_back(std::move(lo));
+        }
+    }
+
+    /// Collective outputs waiting for the collective op (joined across ranks afterwards).
+    struct PendingCollective {
+        int input = -1;   ///< the tensor communicated (-1: none)
+        int output = -1;  ///< the tensor made for its result
+        int why = -1;
+    };
+    std::map<std::pair<int, int>, PendingCollective> pending;  ///< (rank, node) -> its collective
+
+private:
+    struct NoSemantics : std::runtime_error {
+        using std::runtime_error::runtime_error;
+    };
+
+    LoweredProgram& p_;
+    const RankSet& set_;
+    bool parallel_;
+    const TorchGraph* g_ = nullptr;
+    int rank_ = -1;
+    int node_ = -1;
+    std::vector<Val> vals_;
+    std::map<int, int> sourceBase_;
+
+    [[noreturn]] static void none(const std::string& why) { throw NoSemantics(why); }
+
+    static std::string describeKind(Val::K k) {
+        switch (k) {
+        case Val::K::None: return "None";
+        case Val::K::Tuple: return "a tuple";
+        case Val::K::Undefined: return "an uninitialised buffer (empty)";
+        case Val::K::Number: return "a number";
+        case Val::K::Constant: return "a tensor constant whose value the graph does not carry";
+        case Val::K::Arange: return "an arange";
+        case Val::K::LayerNormStats: return "a layer norm's saved statistics";
+        default: return "a partial vocabulary computation that is never completed";
+        }
+    }
+
+    const Node& cur() const { return g_->nodes[static_cast<std::size_t>(node_)]; }
+    std::string suffix() const { return rank_ >= 0 && parallel_ ? "@r" + std::to_string(rank_) : std::string(); }
+
+    int programSource(int graphSource) {
+        if (graphSource < 0) return -1;
+        if (auto it = sourceBase_.find(graphSource); it != sourceBase_.end()) return it->second;
+        p_.sources.push_back(g_->sources[static_cast<std::size_t>(graphSource)]);
+        return sourceBase_[graphSource] = static_cast<int>(p_.sources.size()) - 1;
+    }
+
+    int record(int node, const std::string& reason) {
+        const auto& n = g_->nodes[static_cast<std::size_t>(node)];
+        Unsupported u;
+        u.node = n.name;
+        u.target = n.kind == Node::Kind::Call ? n.target : n.kind == Node::Kind::Constant ? "self." + n.target : n.name;
+        u.reason = reason;
+        u.rank = parallel_ ? rank_ : -1;
+        u.source = programSource(n.source);
+        u.file = g_->file;
+        u.line = n.line;
+        p_.unsupported.push_back(std::move(u));
+        return static_cast<int>(p_.unsupported.size()) - 1;
+    }
+    Val unsupported(const std::string& reason) {
+        Val v;
+        v.k = Val::K::Unsupported;
+        v.why = record(node_, reason);
+        return v;
+    }
+
+    std::string constantCall(int node) const {
+        // A call none of whose arguments is a node (zeros, arange, full): a deterministic constant.
+        const auto& n = g_->nodes[static_cast<std::size_t>(node)];
+        if (n.kind != Node::Kind::Call) return {};
+        std::function<bool(const Value&)> hasNode = [&](const Value& v) {
+            if (v.isNode()) return true;
+            for (const auto& it : v.items)
+                if (hasNode(it)) return true;
+            return false;
+        };
+        for (const auto& a : n.args)
+            if (hasNode(a)) return {};
+        std::string s = n.target + "(";
+        for (std::size_t k = 0; k < n.args.size(); ++k) s += (k ? ", " : "") + n.args[k].toString();
+        for (const auto& [key, v] : n.kwargs) {
+            if (key == "device" || key == "pin_memory" || key == "layout") continue;  // where it lives, not what it is
+            s += ", " + key + "=" + v.toString();
+        }
+        return s + ")";
+    }
+
+    // --- tensors and ops ---------------------------------------------------------------------
+    int newTensor(const std::string& name, std::vector<std::int64_t> shape, bool isInt) {
+        LoweredTensor t;
+        t.name = name + suffix();
+        t.shape = std::move(shape);
+        t.isInt = isInt;
+        t.rank = parallel_ ? rank_ : -1;
+        p_.tensors.push_back(std::move(t));
+        return static_cast<int>(p_.tensors.size()) - 1;
+    }
+    int emit(const std::string& kind, std::vector<int> inputs, std::vector<std::int64_t> outShape, bool outInt, json attrs = json::object(),
+             const std::string& part = {}) {
+        const auto& n = cur();
+        const std::string base = n.name + (part.empty() ? std::string() : "." + part);
+        int out = newTensor(base, std::move(outShape), outInt);
+        LoweredOp op;
+        op.name = base + suffix();
+        op.kind = kind;
+        op.attrs = std::move(attrs);
+        op.inputs = std::move(inputs);
+        op.outputs = {out};
+        op.rank = parallel_ ? rank_ : -1;
+        op.torchNode = n.name;
+        op.torchTarget = n.target;
+        op.source = programSource(n.source);
+        p_.tensors[static_cast<std::size_t>(out)].producer = static_cast<int>(p_.ops.size());
+        p_.ops.push_back(std::move(op));
+        return out;
+    }
+    std::vector<int> emitMulti(const std::string& kind, std::vector<int> inputs, const std::vector<std::vector<std::int64_t>>& shapes, json attrs) {
+        const auto& n = cur();
+        LoweredOp op;
+        op.name = n.name + suffix();
+        op.kind = kind;
+        op.attrs = std::move(attrs);
+        op.inputs = std::move(inputs);
+        op.rank = parallel_ ? rank_ : -1;
+        op.torchNode = n.name;
+        op.torchTarget = n.target;
+        op.source = programSource(n.source);
+        for (std::size_t k = 0; k < shapes.size(); ++k) {
+            int t = newTensor(n.name + "." + std::to_string(k), shapes[k], false);
+            p_.tensors[static_cast<std::size_t>(t)].producer = static_cast<int>(p_.ops.size());
+            op.outputs.push_back(t);
+        }
+        auto outs = op.outputs;
+        p_.ops.push_back(std::move(op));
+        return outs;
+    }
+    static Val tensor(int t) {
+        Val v;
+        v.k = Val::K::Tensor;
+        v.t = t;
+        return v;
+    }
+    const LoweredTensor& T(int t) const { return p_.tensors[static_cast<std::size_t>(t)]; }
+
+    // --- arguments ---------------------------------------------------------------------------
+    const Value* arg(std::size_t i, std::string_view key = {}) const {
+        const auto& n = cur();
+        if (i < n.args.size()) return &n.args[i];
+        if (!key.empty()) return n.kwarg(key);
+        return nullptr;
+    }
+    const Val& valOf(const Value& v) const {
+        static const Val kNone;
+        if (!v.isNode()) return kNone;
+        return vals_[static_cast<std::size_t>(v.node)];
+    }
+    Val argVal(std::size_t i, std::string_view key = {}) const {
+        const auto* a = arg(i, key);
+        if (!a) return {};
+        if (a->isNode()) return valOf(*a);
+        if (auto r = rationalOf(*a)) {
+            Val v;
+            v.k = Val::K::Number;
+            v.num = *r;
+            v.integral = a->kind == Value::Kind::Int || a->kind == Value::Kind::Bool;
+            return v;
+        }
+        return {};
+    }
+    /// A tensor argument, or no semantics (naming why: an unsupported input passes its reason on).
+    int tensorArg(std::size_t i, std::string_view key = {}) {
+        auto v = argVal(i, key);
+        if (v.k == Val::K::Tensor) return v.t;
+        if (v.k == Val::K::Unsupported) throw Propagated(v.why);
+        none("argument " + std::to_string(i) + " is " + describeKind(v.k) + ", not a tensor");
+    }
+    struct Propagated {
+        int why;
+    };
+    std::int64_t intArg(std::size_t i, std::string_view key, std::int64_t dflt, bool required = true) const {
+        const auto* a = arg(i, key);
+        if (!a || a->kind == Value::Kind::None) {
+            if (required) none("argument " + std::string(key) + " is missing");
+            return dflt;
+        }
+        if (a->kind != Value::Kind::Int) none("argument " + std::string(key) + " is not an integer");
+        return a->i;
+    }
+    std::vector<std::int64_t> intsArg(std::size_t i, std::string_view key) const {
+        const auto* a = arg(i, key);
+        if (!a) none("argument " + std::string(key) + " is missing");
+        if (a->kind == Value::Kind::Int) return {a->i};
+        if (!a->isList()) none("argument " + std::string(key) + " is not a list of integers");
+        std::vector<std::int64_t> r;
+        for (const auto& it : a->items) {
+            if (it.kind != Value::Kind::Int) none("argument " + std::string(key) + " is not a list of integers");
+            r.push_back(it.i);
+        }
+        return r;
+    }
+    const std::vector<std::int64_t>& resultShape() const {
+        const auto& n = cur();
+        if (!n.type) none("its result has no type annotation");
+        return n.type->shape;
+    }
+    bool resultIsInt() const { return cur().type && isIntType(cur().type->dtype); }
+    static std::int64_t normDim(std::int64_t d, std::size_t rank) {
+        const auto r = static_cast<std::int64_t>(rank);
+        if (d < -r || d >= std::max<std::int64_t>(r, 1)) none("dim " + std::to_string(d) + " is out of range for rank " + std::to_string(rank));
+        return d < 0 ? d + r : d;
+    }
+    void expectShape(int t, const std::vector<std::int64_t>& s) const {
+        if (T(t).shape != s)
+            none("its result is annotated " + shapeToString(s) + " but its operands give " + shapeToString(T(t).shape));
+    }
+    static std::string rat(const Rational& r) { return r.toString(); }
+
+    // --- the calls ---------------------------------------------------------------------------
+    Val lowerNode(const Node& n) {
+        try {
+            switch (n.kind) {
+            case Node::Kind::Input: {
+                if (!n.type) return unsupported("an input without a type annotation");
+                bool isInt = isIntType(n.type->dtype);
+                int t = newTensor(n.name, n.type->shape, isInt);
+                p_.tensors[static_cast<std::size_t>(t)].input = static_cast<int>(std::find(g_->inputs.begin(), g_->inputs.end(), node_) - g_->inputs.begin());
+                return tensor(t);
+            }
+            case Node::Kind::Constant: {
+                Val v;
+                v.k = Val::K::Constant;
+                return v;
+            }
+            case Node::Kind::GetItem: {
+                const auto& of = vals_[static_cast<std::size_t>(n.args.at(0).node)];
+                if (of.k == Val::K::Unsupported) return of;
+                if (of.k != Val::K::Tuple) return unsupported("element of something that is not a tuple");
+                if (n.item < 0 || static_cast<std::size_t>(n.item) >= of.items.size()) return unsupported("element " + std::to_string(n.item) + " of a shorter tuple");
+                auto v = of.items[static_cast<std::size_t>(n.item)];
+                if (v.k == Val::K::Tensor && n.type) expectShape(v.t, n.type->shape);
+                return v;
+            }
+            case Node::Kind::Call: return lowerCall(n);
+            }
+        } catch (const Propagated& p) {
+            Val v;
+            v.k = Val::K::Unsupported;
+            v.why = p.why;
+            return v;
+        }
+        return {};
+    }
+
+    Val alias(int t) {
+        if (cur().type) expectShape(t, cur().type->shape);
+        return tensor(t);
+    }
+
+    Val lowerCall(const Node& n) {
+        const std::string& f = n.target;
+        auto is = [&](std::initializer_list<const char*> names) {
+            for (const char* s : names)
+                if (f == s) return true;
+            return false;
+        };
+        if (auto c = collectiveCall(*g_, n)) return lowerCollective(*c);
+        if (is({"_c10d_functional.wait_tensor.default"})) return alias(tensorArg(0, "tensor"));
+        if (is({"aten.detach.default", "aten.alias.default", "aten.lift_fresh_copy.default", "aten.clone.default", "aten.contiguous.default",
+                "tg.log_tensor.default", "tg.inplace_log_tensor.default"})) {
+            auto v = argVal(0, "self");
+            if (v.k == Val::K::Constant && f == "aten.lift_fresh_copy.default") return constantValue();
+            if (v.k == Val::K::Tensor) return alias(v.t);
+            return v;  // idiom forms, numbers, unsupported: passed on
+        }
+        if (is({"aten._to_copy.default"})) {
+            auto v = argVal(0, "self");
+            if (v.k != Val::K::Tensor) return v.k == Val::K::Unsupported ? v : unsupported("a cast of " + describeKind(v.k));
+            bool toInt = resultIsInt();
+            if (toInt != T(v.t).isInt) none("a cast between integer and floating-point values");
+            return alias(v.t);  // float casts: values are exact reals (docs/soundness.md)
+        }
+        if (is({"aten.empty.memory_format", "aten.empty_like.default", "aten.new_empty_strided.default", "aten.empty.default"})) {
+            Val v;
+            v.k = Val::K::Undefined;
+            return v;
+        }
+        if (is({"aten.copy.default", "aten.copy_.default"})) {
+            auto dst = argVal(0, "self");
+            int src = tensorArg(1, "src");
+            const auto& shape = resultShape();
+            if (dst.k == Val::K::Tensor) expectShape(dst.t, shape);
+            if (T(src).shape == shape) return tensor(src);
+            return tensor(emit("expand", {src}, shape, T(src).isInt));
+        }
+        if (is({"aten.view.default", "aten._unsafe_view.default", "aten.reshape.default", "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.default",
+                "aten.flatten.using_ints"}))
+            return lowerView();
+        if (is({"aten.t.default"})) {
+            int x = tensorArg(0, "self");
+            if (T(x).shape.size() < 2) return alias(x);
+            return tensor(emit("transpose", {x}, resultShape(), T(x).isInt, {{"dim0", 0}, {"dim1", 1}}));
+        }
+        if (is({"aten.transpose.int"})) {
+            int x = tensorArg(0, "self");
+            auto r = T(x).shape.size();
+            auto d0 = normDim(intArg(1, "dim0", 0), r), d1 = normDim(intArg(2, "dim1", 0), r);
+            if (d0 == d1) return alias(x);
+            int y = emit("transpose", {x}, resultShape(), T(x).isInt, {{"dim0", d0}, {"dim1", d1}});
+            return tensor(y);
+        }
+        if (is({"aten.permute.default"})) {
+            int x = tensorArg(0, "self");
+            auto dims = intsArg(1, "dims");
+            for (auto& d : dims) d = normDim(d, T(x).shape.size());
+            return tensor(emit("permute", {x}, resultShape(), T(x).isInt, {{"dims", dims}}));
+        }
+        if (is({"aten.expand.default"})) {
+            int x = tensorArg(0, "self");
+            if (T(x).shape == resultShape()) return alias(x);
+            return tensor(emit("expand", {x}, resultShape(), T(x).isInt));
+        }
+        if (is({"aten.slice.Tensor"})) return lowerSlice();
+        if (is({"aten.slice_scatter.default"})) return lowerSliceScatter();
+        if (is({"aten.split_with_sizes.default", "aten.split.Tensor"})) return lowerSplit(f == "aten.split.Tensor");
+        if (is({"aten.cat.default"})) return lowerCat();
+        if (is({"aten.mm.default", "aten.bmm.default", "aten.matmul.default"})) {
+            int a = tensorArg(0, "self"), b = tensorArg(1, "mat2");
+            return tensor(emit("matmul", {a, b}, resultShape(), false));
+        }
+        if (is({"aten.addmm.default", "aten.baddbmm.default"})) return lowerAddMatmul();
+        if (is({"aten.add.Tensor", "aten.sub.Tensor"})) return lowerAddSub(f == "aten.sub.Tensor");
+        if (is({"aten.rsub.Scalar"})) {
+            int x = tensorArg(0, "self");
+            auto s = argVal(1, "other");
+            if (s.k != Val::K::Number) none("rsub of something that is not a number");
+            int neg = emit("neg", {x}, T(x).shape, false, json::object(), "neg");
+            return tensor(emit("add_scalar", {neg}, resultShape(), false, {{"value", rat(s.num)}}));
+        }
+        if (is({"aten.mul.Tensor", "aten.mul.Scalar", "aten.div.Tensor", "aten.div.Scalar"})) return lowerMulDiv(f.rfind("aten.div", 0) == 0);
+        if (is({"aten.neg.default", "aten.exp.default", "aten.log.default", "aten.sqrt.default", "aten.rsqrt.default", "aten.tanh.default",
+                "aten.sigmoid.default", "aten.relu.default", "aten.silu.default", "aten.erf.default"})) {
+            int x = tensorArg(0, "self");
+            if (T(x).isInt) none("an integer operand");
+            auto name = f.substr(5, f.find('.', 5) - 5);
+            return tensor(emit(name, {x}, resultShape(), false));
+        }
+        if (is({"aten.gelu.default"})) {
+            int x = tensorArg(0, "self");
+            if (const auto* a = n.kwarg("approximate"); a && !(a->kind == Value::Kind::String && a->text == "none")) none("the tanh approximation of GELU");
+            return tensor(emit("gelu", {x}, resultShape(), false));
+        }
+        if (is({"aten.gelu_backward.default"})) {
+            int dy = tensorArg(0, "grad_output"), x = tensorArg(1, "self");
+            if (const auto* a = n.kwarg("approximate"); a && !(a->kind == Value::Kind::String && a->text == "none")) none("the tanh approximation of GELU");
+            return tensor(emit("gelu_backward", {x, dy}, resultShape(), false));
+        }
+        if (is({"aten.pow.Tensor_Scalar"})) {
+            int x = tensorArg(0, "self");
+            auto e = argVal(1, "exponent");
+            if (e.k != Val::K::Number) none("a power whose exponent is not a number");
+            return tensor(emit("pow", {x}, resultShape(), false, {{"exponent", rat(e.num)}}));
+        }
+        if (is({"aten._softmax.default", "aten.softmax.int"})) {
+            int x = tensorArg(0, "self");
+            auto d = normDim(intArg(1, "dim", 0), T(x).shape.size());
+            return tensor(emit("softmax", {x}, resultShape(), false, {{"dim", d}}));
+        }
+        if (is({"aten._softmax_backward_data.default"})) {
+            int dy = tensorArg(0, "grad_output"), y = tensorArg(1, "output");
+            auto d = normDim(intArg(2, "dim", 0), T(y).shape.size());
+            return tensor(emit("softmax_backward", {y, dy}, resultShape(), false, {{"dim", d}}));
+        }
+        if (is({"aten.sum.dim_IntList", "aten.sum.default", "aten.mean.dim", "aten.mean.default"})) return lowerReduce(f.rfind("aten.mean", 0) == 0, f.find(".default") != std::string::npos);
+        if (is({"aten.max.dim"})) {
+            int x = tensorArg(0, "self");
+            auto d = normDim(intArg(1, "dim", 0), T(x).shape.size());
+            bool keep = false;
+            if (const auto* k = arg(2, "keepdim"); k && k->kind == Value::Kind::Bool) keep = k->b;
+            auto shape = T(x).shape;
+            if (keep) shape[static_cast<std::size_t>(d)] = 1;
+            else shape.erase(shape.begin() + d);
+            Val t;
+            t.k = Val::K::Tuple;
+            t.items.push_back(tensor(emit("max", {x}, shape, false, {{"dim", d}, {"keepdim", keep}})));
+            Val idx;
+            idx.k = Val::K::Unsupported;
+            idx.why = record(node_, "the indices of a maximum have no semantics yet");
+            t.items.push_back(idx);
+            return t;
+        }
+        if (is({"aten.native_dropout.default"})) {
+            int x = tensorArg(0, "input");
+            auto p = argVal(1, "p");
+            if (p.k != Val::K::Number) none("a dropout probability that is not a number");
+            const auto* train = arg(2, "train");
+            Val t;
+            t.k = Val::K::Tuple;
+            if (train && train->kind == Value::Kind::Bool && !train->b) {
+                t.items.push_back(tensor(x));
+                t.items.push_back(unsupported("the mask of a dropout that is not training"));
+                return t;
+            }
+            // The random mask is an input of the step: the parallel ranks' masks are assumed to be the
+            // parts of the logical mask their tensors hold (docs/torch-graphs.md, "Dropout").
+            int mask = newTensor(n.name + ".mask", T(x).shape, false);
+            p_.tensors[static_cast<std::size_t>(mask)].dropoutMask = true;
+            t.items.push_back(tensor(emit("dropout", {x, mask}, T(x).shape, false, {{"p", rat(p.num)}})));
+            t.items.push_back(tensor(mask));
+            return t;
+        }
+        if (is({"aten.masked_fill.Scalar", "aten.masked_fill_.Scalar"})) {
+            int x = tensorArg(0, "self");
+            int m = tensorArg(1, "mask");
+            auto v = argVal(2, "value");
+            if (v.k != Val::K::Number) none("a fill value that is not a finite number");
+            if (T(m).isInt) none("an integer mask");
+            // x + m·(v − x): exact for a 0/1 mask.
+            int neg = emit("neg", {x}, T(x).shape, false, json::object(), "neg");
+            int diff = emit("add_scalar", {neg}, T(x).shape, false, {{"value", rat(v.num)}}, "diff");
+            int md = emit("mul", {m, diff}, T(x).shape, false, json::object(), "masked");
+            return tensor(emit("add", {x, md}, resultShape(), false));
+        }
+        if (is({"aten.where.self"})) {
+            int c = tensorArg(0, "condition"), a = tensorArg(1, "self"), b = tensorArg(2, "other");
+            if (T(c).isInt || T(a).isInt || T(b).isInt) none("integer operands");
+            int d = emit("sub", {a, b}, resultShape(), false, json::object(), "diff");
+            int cd = emit("mul", {c, d}, resultShape(), false, json::object(), "masked");
+            return tensor(emit("add", {b, cd}, resultShape(), false));
+        }
+        if (is({"aten.embedding.default"})) {
+            int w = tensorArg(0, "weight"), ids = tensorArg(1, "indices");
+            if (!T(ids).isInt || T(w).shape.size() != 2) none("an embedding whose indices are not integers or whose table is not 2-D");
+            if (const auto* pi = arg(2, "padding_idx"); pi && pi->kind == Value::Kind::Int && pi->i != -1) none("an embedding with a padding index");
+            return tensor(emit("embedding", {ids, w}, resultShape(), false));
+        }
+        if (is({"aten.embedding_dense_backward.default"})) {
+            int dy = tensorArg(0, "grad_output"), ids = tensorArg(1, "indices");
+            if (const auto* pi = arg(3, "padding_idx"); pi && pi->kind == Value::Kind::Int && pi->i != -1) none("an embedding with a padding index");
+            if (const auto* sg = arg(4, "scale_grad_by_freq"); sg && sg->kind == Value::Kind::Bool && sg->b) none("scale_grad_by_freq");
+            return tensor(emit("embedding_backward", {ids, dy}, resultShape(), false));
+        }
+        if (is({"apex.fused_layer_norm_affine_fwd.default"})) {
+            int x = tensorArg(0, "input"), w = tensorArg(1, "weight"), b = tensorArg(2, "bias");
+            auto ns = intsArg(3, "normalized_shape");
+            auto eps = argVal(4, "eps");
+            if (ns.size() != 1 || T(x).shape.empty() || ns[0] != T(x).shape.back()) none("a layer norm over more than the last dimension");
+            if (eps.k != Val::K::Number) none("an epsilon that is not a number");
+            Val t;
+            t.k = Val::K::Tuple;
+            t.items.push_back(tensor(emit("layernorm", {x, w, b}, T(x).shape, false, {{"eps", rat(eps.num)}})));
+            Val stats;
+            stats.k = Val::K::LayerNormStats;
+            stats.t = x;
+            stats.eps = eps.num;
+            t.items.push_back(stats);
+            t.items.push_back(stats);
+            return t;
+        }
+        if (is({"aten.lt.Scalar", "aten.ge.Scalar"})) {
+            auto ids = argVal(0, "self");
+            auto s = argVal(1, "other");
+            if (ids.k != Val::K::Tensor || !T(ids.t).isInt || s.k != Val::K::Number || !s.num.isInteger())
+                none("a comparison outside Megatron's vocabulary-range idiom");
+            Val v;
+            v.k = f == "aten.lt.Scalar" ? Val::K::IdsBelow : Val::K::IdsAtOrAbove;
+            v.ids = ids.t;
+            v.s = s.num.num();
+            return v;
+        }
+        if (is({"aten.bitwise_or.Tensor"})) {
+            auto a = argVal(0, "self"), b = argVal(1, "other");
+            if (a.k == Val::K::IdsBelow && b.k == Val::K::IdsAtOrAbove && a.ids == b.ids && a.s <= b.s) {
+                Val v;
+                v.k = Val::K::IdsOutOfRange;
+                v.ids = a.ids;
+                v.s = a.s;
+                v.e = b.s;
+                return v;
+            }
+            none("a boolean operation outside Megatron's vocabulary-range idiom");
+        }
+        if (is({"aten.index_put.default", "aten.index_put_.default"})) return lowerIndexPut();
+        if (is({"aten.index.Tensor"})) return lowerIndex();
+        if (is({"aten.arange.start", "aten.arange.default", "aten.arange.start_step"})) {
+            std::int64_t start = 0, end = 0;
+            if (f == "aten.arange.default") end = intArg(0, "end", 0);
+            else {
+                start = intArg(0, "start", 0);
+                end = intArg(1, "end", 0);
+                if (f == "aten.arange.start_step" && intArg(2, "step", 1, false) != 1) none("an arange with a step");
+            }
+            if (start != 0 || end < 1) none("an arange that does not start at 0");
+            Val v;
+            v.k = Val::K::Arange;
+            v.n = end;
+            return v;
+        }
+        none("no semantics for this operator yet");
+    }
+
+    Val constantValue() {
+        // A tensor constant's value is in neither form of the graph; the statement that made it
+        // (`masked_input[input_mask] = 0`) names it when it is a literal.
+        const auto& n = cur();
+        if (n.source >= 0) {
+            static const std::regex assign(R"(\]\s*=\s*(-?[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?)\s*$)");
+            std::smatch m;
+            const auto& code = g_->sources[static_cast<std::size_t>(n.source)].code;
+            if (std::regex_search(code, m, assign)) {
+                if (auto r = Rational::parse(m[1].str())) {
+                    Val v;
+                    v.k = Val::K::Number;
+                    v.num = *r;
+                    v.integral = m[2].str().empty() && m[3].str().empty();
+                    return v;
+                }
+            }
+        }
+        Val v;
+        v.k = Val::K::Constant;  // its value is unknown: usable only where an idiom says what it is
+        return v;
+    }
+
+    Val lowerView() {
+        auto v = argVal(0, "self");
+        const auto& shape = resultShape();
+        if (v.k == Val::K::MaskedIds || v.k == Val::K::PendingTarget) {
+            std::int64_t before = std::accumulate(v.shape.begin(), v.shape.end(), std::int64_t{1}, std::multiplies<>());
+            std::int64_t after = std::accumulate(shape.begin(), shape.end(), std::int64_t{1}, std::multiplies<>());
+            if (v.k == Val::K::PendingTarget) {
+                // The gathered logits are [ids...]: a view of them is a view of the ids.
+                if (before != after) none("a view that changes the number of gathered logits");
+            } else if (before != after) {
+                none("a view that changes the number of ids");
+            }
+            v.shape = shape;
+            return v;
+        }
+        if (v.k == Val::K::Unsupported) return v;
+        if (v.k != Val::K::Tensor) none("a view of " + describeKind(v.k));
+        int x = v.t;
+        if (numel(T(x).shape) != numel(shape)) none("a view to " + shapeToString(shape) + " of a tensor of " + shapeToString(T(x).shape));
+        if (T(x).shape == shape) return tensor(x);
+        return tensor(emit("view", {x}, shape, T(x).isInt));
+    }
+
+    Val lowerSlice() {
+        auto v = argVal(0, "self");
+        auto dim = intArg(1, "dim", 0, false);
+        auto start = intArg(2, "start", 0, false);
+        auto end = intArg(3, "end", kFullEnd, false);
+        if (intArg(4, "step", 1, false) != 1) none("a slice with a step");
+        if (v.k == Val::K::PendingEmbedding && start == 0 && end == kFullEnd) return v;
+        if (v.k == Val::K::Unsupported) return v;
+        if (v.k != Val::K::Tensor) none("a slice of " + describeKind(v.k));
+        int x = v.t;
+        const auto& s = T(x).shape;
+        auto d = normDim(dim, s.size());
+        auto size = s[static_cast<std::size_t>(d)];
+        if (start < 0) start += size;
+        if (end < 0) end += size;
+        start = std::clamp<std::int64_t>(start, 0, size);
+        end = std::clamp<std::int64_t>(end, start, size);
+        if (start == 0 && end == size) return alias(x);
+        if (start == end) none("an empty slice");
+        return tensor(emit("slice", {x}, resultShape(), T(x).isInt, {{"dim", d}, {"start", start}, {"end", end}}));
+    }
+
+    Val lowerSliceScatter() {
+        auto base = argVal(0, "self");
+        int src = tensorArg(1, "src");
+        auto dim = intArg(2, "dim", 0, false);
+        auto start = intArg(3, "start", 0, false);
+        auto end = intArg(4, "end", kFullEnd, false);
+        if (intArg(5, "step", 1, false) != 1) none("a slice_scatter with a step");
+        const auto& shape = resultShape();
+        auto d = normDim(dim, shape.size());
+        auto size = shape[static_cast<std::size_t>(d)];
+        if (start < 0) start += size;
+        if (end < 0) end += size;
+        start = std::clamp<std::int64_t>(start, 0, size);
+        end = std::clamp<std::int64_t>(end, start, size);
+        if (start == 0 && end == size) {
+            expectShape(src, shape);
+            return tensor(src);  // the whole base is overwritten
+        }
+        if (base.k != Val::K::Tensor) none("a slice_scatter into " + describeKind(base.k));
+        // base − slice_backward(slice(base)) + slice_backward(src)
+        json a = {{"dim", d}, {"start", start}, {"end", end}};
+        int cut = emit("slice", {base.t}, T(src).shape, false, a, "old");
+        int cutBack = emit("slice_backward", {cut}, shape, false, a, "old_placed");
+        int hole = emit("sub", {base.t, cutBack}, shape, false, json::object(), "hole");
+        int placed = emit("slice_backward", {src}, shape, false, a, "placed");
+        return tensor(emit("add", {hole, placed}, shape, false));
+    }
+
+    Val lowerSplit(bool bySize) {
+        int x = tensorArg(0, "self");
+        const auto& s = T(x).shape;
+        auto d = normDim(intArg(2, "dim", 0, false), s.size());
+        auto total = s[static_cast<std::size_t>(d)];
+        std::vector<std::int64_t> sizes;
+        if (bySize) {
+            auto each = intArg(1, "split_size", 0);
+            if (each < 1) none("a split into empty pieces");
+            for (std::int64_t at = 0; at < total; at += each) sizes.push_back(std::min(each, total - at));
+        } else {
+            sizes = intsArg(1, "split_sizes");
+        }
+        std::int64_t sum = 0;
+        for (auto z : sizes) {
+            if (z < 1) none("a split with an empty piece");
+            sum += z;
+        }
+        if (sum != total) none("split sizes that do not add up to the dimension");
+        Val t;
+        t.k = Val::K::Tuple;
+        if (sizes.size() == 1) {
+            t.items.push_back(tensor(x));
+            return t;
+        }
+        std::vector<std::vector<std::int64_t>> shapes;
+        for (auto z : sizes) {
+            auto sh = s;
+            sh[static_cast<std::size_t>(d)] = z;
+            shapes.push_back(sh);
+        }
+        for (int o : emitMulti("split", {x}, shapes, {{"dim", d}, {"sizes", sizes}})) {
+            p_.tensors[static_cast<std::size_t>(o)].isInt = T(x).isInt;
+            t.items.push_back(tensor(o));
+        }
+        return t;
+    }
+
+    Val lowerCat() {
+        const auto* list = arg(0, "tensors");
+        if (!list || !list->isList() || list->items.empty()) none("a concatenation of no tensors");
+        std::vector<int> ins;
+        for (const auto& it : list->items) {
+            const auto& v = valOf(it);
+            if (v.k == Val::K::Unsupported) throw Propagated(v.why);
+            if (v.k != Val::K::Tensor) none("a concatenation of " + describeKind(v.k));
+            ins.push_back(v.t);
+        }
+        auto d = normDim(intArg(1, "dim", 0, false), T(ins[0]).shape.size());
+        if (ins.size() == 1) return alias(ins[0]);
+        return tensor(emit("concat", ins, resultShape(), T(ins[0]).isInt, {{"dim", d}}));
+    }
+
+    Val lowerAddMatmul() {
+        // beta·input + alpha·(a @ b)
+        auto in = argVal(0, "self");
+        int a = tensorArg(1, "mat1"), b = tensorArg(2, "mat2");
+        Rational beta(1), alpha(1);
+        if (const auto* v = cur().kwarg("beta")) {
+            auto r = rationalOf(*v);
+            if (!r) none("beta is not a number");
+            beta = *r;
+        }
+        if (const auto* v = cur().kwarg("alpha")) {
+            auto r = rationalOf(*v);
+            if (!r) none("alpha is not a number");
+            alpha = *r;
+        }
+        const auto& shape = resultShape();
+        int prod = emit("matmul", {a, b}, shape, false, json::object(), "matmul");
+        if (!alpha.isOne()) prod = emit("mul_scalar", {prod}, shape, false, {{"value", rat(alpha)}}, "scaled");
+        if (beta.isZero()) return tensor(prod);  // PyTorch ignores the input when beta is 0
+        if (in.k != Val::K::Tensor) none("an accumulation into " + describeKind(in.k));
+        int base = in.t;
+        if (!beta.isOne()) base = emit("mul_scalar", {base}, T(base).shape, false, {{"value", rat(beta)}}, "input_scaled");
+        return tensor(emit("add", {base, prod}, shape, false));
+    }
+
+    Val lowerAddSub(bool isSub) {
+        auto a = argVal(0, "self"), b = argVal(1, "other");
+        Rational alpha(1);
+        if (const auto* v = cur().kwarg("alpha")) {
+            auto r = rationalOf(*v);
+            if (!r) none("alpha is not a number");
+            alpha = *r;
+        }
+        if (a.k == Val::K::Unsupported) return a;
+        if (b.k == Val::K::Unsupported) return b;
+        if (a.k == Val::K::Tensor && T(a.t).isInt) {
+            // Megatron's ids shifted into a vocabulary part: `input_ - vocab_start_index`.
+            if (isSub && b.k == Val::K::Number && b.num.isInteger() && alpha.isOne()) {
+                if (b.num.isZero()) return alias(a.t);
+                Val v;
+                v.k = Val::K::IdsShift;
+                v.ids = a.t;
+                v.s = b.num.num();
+                return v;
+            }
+            none("integer arithmetic outside Megatron's vocabulary idiom");
+        }
+        if (a.k != Val::K::Tensor) none("arithmetic on " + describeKind(a.k));
+        if (b.k == Val::K::Number) {
+            auto v = b.num * alpha;
+            if (isSub) v = -v;
+            if (v.isZero()) return alias(a.t);
+            return tensor(emit("add_scalar", {a.t}, resultShape(), false, {{"value", rat(v)}}));
+        }
+        if (b.k != Val::K::Tensor) none("arithmetic with " + describeKind(b.k));
+        if (T(b.t).isInt) none("integer arithmetic");
+        int bt = b.t;
+        if (!alpha.isOne()) bt = emit("mul_scalar", {bt}, T(bt).shape, false, {{"value", rat(alpha)}}, "alpha");
+        return tensor(emit(isSub ? "sub" : "add", {a.t, bt}, resultShape(), false));
+    }
+
+    Val lowerMulDiv(bool isDiv) {
+        auto a = argVal(0, "self"), b = argVal(1, "other");
+        if (a.k == Val::K::Unsupported) return a;
+        if (b.k == Val::K::Unsupported) return b;
+        if (a.k != Val::K::Tensor || T(a.t).isInt) none("arithmetic on " + (a.k == Val::K::Tensor ? std::string("integers") : describeKind(a.k)));
+        if (b.k == Val::K::Number) {
+            if (isDiv && b.num.isZero()) none("a division by the number 0");
+            auto v = isDiv ? Rational(1) / b.num : b.num;
+            if (v.isOne()) return alias(a.t);
+            return tensor(emit("mul_scalar", {a.t}, resultShape(), false, {{"value", rat(v)}}));
+        }
+        if (b.k != Val::K::Tensor || T(b.t).isInt) none("arithmetic with " + (b.k == Val::K::Tensor ? std::string("integers") : describeKind(b.k)));
+        return tensor(emit(isDiv ? "div" : "mul", {a.t, b.t}, resultShape(), false));
+    }
+
+    Val lowerReduce(bool mean, bool all) {
+        int x = tensorArg(0, "self");
+        if (T(x).isInt) none("a reduction of integers");
+        const auto& s = T(x).shape;
+        json attrs = json::object();
+        if (!all) {
+            auto dims = intsArg(1, "dim");
+            bool keep = false;
+            if (const auto* k = arg(2, "keepdim"); k && k->kind == Value::Kind::Bool) keep = k->b;
+            if (!dims.empty()) {
+                for (auto& d : dims) d = normDim(d, s.size());
+                attrs["dims"] = dims;
+            }
+            if (keep) attrs["keepdim"] = true;
+        }
+        if (s.empty()) return alias(x);
+        return tensor(emit(mean ? "mean" : "sum", {x}, resultShape(), false, attrs));
+    }
+
+    Val lowerIndexPut() {
+        auto base = argVal(0, "self");
+        const auto* idx = arg(1, "indices");
+        auto value = argVal(2, "values");
+        if (!idx || !idx->isList() || idx->items.size() != 1) none("an index_put with other than one index");
+        const auto& mask = valOf(idx->items[0]);
+        if (base.k == Val::K::Unsupported) return base;
+        if (value.k == Val::K::Unsupported) return value;
+        if (mask.k == Val::K::IdsOutOfRange && value.k == Val::K::Constant) {
+            // Megatron writes these constants as 0 (`masked_target[target_mask] = 0`,
+            // `predicted_logits[target_mask] = 0.0`); the captured graphs do not carry their values.
+            const auto& n = cur();
+            std::string a = "the tensor constant written by " + n.name + " (" +
+                            (n.source >= 0 ? g_->sources[static_cast<std::size_t>(n.source)].toString() : g_->file + ":" + std::to_string(n.line)) +
+                            ") is taken to be 0, as Megatron's vocabulary-parallel code writes it: the graph does not carry its value";
+            if (std::find(p_.assumptions.begin(), p_.assumptions.end(), a) == p_.assumptions.end() && p_.assumptions.size() < 64) p_.assumptions.push_back(a);
+            value.k = Val::K::Number;
+            value.num = Rational(0);
+        }
+        if (mask.k == Val::K::IdsOutOfRange && value.k == Val::K::Number && value.num.isZero()) {
+            // masked_input[input_mask] = 0: the ids of this vocabulary part, the others at row 0.
+            int ids = base.k == Val::K::Tensor ? base.t : base.k == Val::K::IdsShift ? base.ids : -1;
+            std::int64_t shift = base.k == Val::K::IdsShift ? base.s : 0;
+            if (ids == mask.ids && shift == mask.s) {
+                Val v;
+                v.k = Val::K::MaskedIds;
+                v.ids = ids;
+                v.s = mask.s;
+                v.e = mask.e;
+                v.shape = T(ids).shape;
+                return v;
+            }
+            // output_parallel[input_mask, :] = 0.0: the rows of other parts zeroed.
+            if (base.k == Val::K::PendingEmbedding && base.ids == mask.ids && base.s == mask.s && base.e == mask.e) return finishEmbedding(base);
+            if (base.k == Val::K::PendingTarget && base.ids == mask.ids && base.s == mask.s && base.e == mask.e) return finishTarget(base);
+        }
+        none("an index_put outside Megatron's vocabulary idioms");
+    }
+
+    Val lowerIndex() {
+        auto x = argVal(0, "self");
+        const auto* idx = arg(1, "indices");
+        if (!idx || !idx->isList()) none("an index without a list of indices");
+        if (x.k == Val::K::Unsupported) return x;
+        if (x.k != Val::K::Tensor || T(x.t).isInt) none("indexing into " + describeKind(x.k));
+        const auto& xs = T(x.t).shape;
+        if (idx->items.size() == 1 && xs.size() == 2) {
+            const auto& i = valOf(idx->items[0]);
+            if (i.k == Val::K::Unsupported) throw Propagated(i.why);
+            if (i.k == Val::K::Tensor && T(i.t).isInt) return tensor(emit("embedding", {i.t, x.t}, resultShape(), false));  // weight[ids]
+            if (i.k == Val::K::MaskedIds && i.e - i.s == xs[0]) {
+                Val v;
+                v.k = Val::K::PendingEmbedding;
+                v.w = x.t;
+                v.ids = i.ids;
+                v.s = i.s;
+                v.e = i.e;
+                v.shape = i.shape;
+                return v;
+            }
+        }
+        if (idx->items.size() == 2 && xs.size() == 2) {
+            const auto& r = valOf(idx->items[0]);
+            const auto& c = valOf(idx->items[1]);
+            if (r.k == Val::K::Arange && r.n == xs[0] && c.k == Val::K::MaskedIds && c.e - c.s == xs[1] && c.shape.size() == 1 && c.shape[0] == xs[0]) {
+                Val v;
+                v.k = Val::K::PendingTarget;
+                v.w = x.t;
+                v.ids = c.ids;
+                v.s = c.s;
+                v.e = c.e;
+                v.shape = c.shape;
+                return v;
+            }
+        }
+        none("indexing other than a table lookup or Megatron's vocabulary idioms");
+    }
+
+    json vocabPart(std::int64_t s, std::int64_t width) const {
+        if (s % width != 0) none("a vocabulary range starting at " + std::to_string(s) + ", not a multiple of its width " + std::to_string(width));
+        const auto index = s / width;
+        if (!parallel_ && index == 0) return json::object();
+        // parts: at least the ranks (raised later, if needed, to cover the logical vocabulary).
+        const auto parts = std::max<std::int64_t>(static_cast<std::int64_t>(set_.ranks.size()), index + 1);
+        if (parts == 1) return json::object();
+        return {{"parts", parts}, {"index", index}};
+    }
+
+    Val finishEmbedding(const Val& v) {
+        const auto width = T(v.w).shape[0];
+        int ids = v.ids;
+        return tensor(emit("embedding", {ids, v.w}, resultShape(), false, vocabPart(v.s, width)));
+    }
+
+    Val finishTarget(const Val& v) {
+        const auto width = T(v.w).shape[1];
+        const auto& shape = resultShape();
+        if (shape != v.shape) none("the gathered logits are annotated " + shapeToString(shape) + " but are " + shapeToString(v.shape));
+        int ids = v.ids;
+        if (T(ids).shape != shape) ids = emit("view", {ids}, shape, true, json::object(), "labels");
+        int logits = v.w;
+        auto ls = shape;
+        ls.push_back(width);
+        if (T(logits).shape != ls) logits = emit("view", {logits}, ls, false, json::object(), "logits");
+        return tensor(emit("target_logit", {logits, ids}, shape, false, vocabPart(v.s, width)));
+    }
+
+    Val lowerCollective(const CollectiveCall& c) {
+        auto in = valOf(Value::ofNode(c.input));
+        if (in.k == Val::K::Unsupported) return in;
+        if (in.k != Val::K::Tensor) none("a collective of " + describeKind(in.k));
+        if (!parallel_) {
+            // On the single device every group is of one rank: the collective is an identity.
+            if (cur().type) expectShape(in.t, resultShape());
+            return tensor(in.t);
+        }
+        int out = newTensor(cur().name, resultShape(), T(in.t).isInt);
+        pending[{rank_, node_}] = PendingCollective{in.t, out, -1};
+        return tensor(out);
+    }
+};
+
+}  // namespace
+
+LoweredProgram lowerLogical(const RankSet& set) {
+    LoweredProgram p;
+    Lowerer l(p, set, false);
+    l.lowerGraph(set.logical, -1);
+    return p;
+}
+
+LoweredProgram lowerParallel(const RankSet& set) {
+    LoweredProgram p;
+    p.ranks = static_cast<int>(set.ranks.size());
+    Lowerer l(p, set, true);
+    for (std::size_t r = 0; r < set.ranks.size(); ++r) l.lowerGraph(set.ranks[r], static_cast<int>(r));
+    // One collective op per collective of the rank set, over its group.
+    for (std::size_t ci = 0; ci < set.collectives.size(); ++ci) {
+        const auto& c = set.collectives[ci];
+        LoweredOp op;
+        bool complete = true;
+        for (std::size_t m = 0; m < c.ranks.size(); ++m) {
+            auto it = l.pending.find({c.ranks[m], c.nodeOnRank[m]});
+            if (it == l.pending.end()) {
+                complete = false;
+                continue;
+            }
+            op.inputs.push_back(it->second.input);
+            op.outputs.push_back(it->second.output);
+        }
+        auto markUnsupported = [&](const std::string& reason) {
+            const auto& g0 = set.ranks[static_cast<std::size_t>(c.ranks[0])];
+            const auto& n0 = g0.nodes[static_cast<std::size_t>(c.nodeOnRank[0])];
+            Unsupported u;
+            u.node = n0.name;
+            u.target = n0.target;
+            u.reason = reason;
+            u.rank = c.ranks[0];
+            u.file = g0.file;
+            u.line = n0.line;
+            if (n0.source >= 0) {
+                p.sources.push_back(g0.sources[static_cast<std::size_t>(n0.source)]);
+                u.source = static_cast<int>(p.sources.size()) - 1;
+            }
+            p.unsupported.push_back(u);
+            for (int o : op.outputs) p.tensors[static_cast<std::size_t>(o)].unsupported = static_cast<int>(p.unsupported.size()) - 1;
+        };
+        if (!complete) {
+            // Some member's input has no semantics: the others' results have none either.
+            markUnsupported("the tensor a member of the group sends has no semantics");
+            continue;
+        }
+        const auto& g0 = set.ranks[static_cast<std::size_t>(c.ranks[0])];
+        const auto& n0 = g0.nodes[static_cast<std::size_t>(c.nodeOnRank[0])];
+        op.name = n0.name + "@g" + c.group;
+        op.torchNode = n0.name;
+        op.torchTarget = n0.target;
+        op.group = c.ranks;
+        if (n0.source >= 0) {
+            p.sources.push_back(g0.sources[static_cast<std::size_t>(n0.source)]);
+            op.source = static_cast<int>(p.sources.size()) - 1;
+        }
+        switch (c.kind) {
+        case Collective::Kind::AllReduce:
+            op.kind = "all_reduce";
+            if (c.reduce == "sum" || c.reduce == "max") op.attrs = {{"reduce", c.reduce}};
+            else if (c.reduce == "avg") op.attrs = {{"reduce", "mean"}};
+            else op.kind.clear();
+            break;
+        case Collective::Kind::AllGather: op.kind = "all_gather"; op.attrs = {{"dim", 0}}; break;
+        case Collective::Kind::ReduceScatter:
+            op.kind = c.reduce == "sum" ? "reduce_scatter" : "";
+            op.attrs = {{"dim", 0}};
+            break;
+        case Collective::Kind::Broadcast: {
+            op.kind = "broadcast";
+            // c10d's source is a rank of the group; our broadcast sends from group[0].
+            auto src = std::find(op.group.begin(), op.group.end(), c.source);
+            if (src == op.group.end()) op.kind.clear();
+            else {
+                auto k = static_cast<std::size_t>(src - op.group.begin());
+                std::rotate(op.group.begin(), op.group.begin() + static_cast<std::ptrdiff_t>(k), op.group.end());
+                std::rotate(op.inputs.begin(), op.inputs.begin() + static_cast<std::ptrdiff_t>(k), op.inputs.end());
+                std::rotate(op.outputs.begin(), op.outputs.begin() + static_cast<std::ptrdiff_t>(k), op.outputs.end());
+                op.inputs.resize(1);
+            }
+            break;
+        }
+        }
+        if (op.kind.empty()) {
+            markUnsupported("reduction '" + c.reduce + "' has no semantics yet");
+            continue;
+        }
+        const int id = static_cast<int>(p.ops.size());
+        for (int o : op.outputs) p.tensors[static_cast<std::size_t>(o)].producer = id;
+        p.ops.push_back(std::move(op));
+    }
+    return p;
+}
+
+}  // namespace tv::torch
