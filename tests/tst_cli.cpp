@@ -271,6 +271,57 @@ private slots:
         QVERIFY2(many.out.contains("one file per rank is for PyTorch graphs"), qPrintable(many.out));
     }
 
+    // Bugs put into Megatron's own TP 2 graphs (GPT, 1 layer) are NOT EQUIVALENT, named at the op
+    // where the result first goes wrong, with its framework line; the unchanged pair is EQUIVALENT.
+    void torchPairBugsAreCaught_data() {
+        QTest::addColumn<QString>("ranks");  // which rank files change: "0", "1" or "01"
+        QTest::addColumn<QString>("from");
+        QTest::addColumn<QString>("to");
+        QTest::addColumn<QString>("op");      // the op the diagnosis names ("" for the unchanged pair)
+        QTest::addColumn<QString>("source");  // and its framework line
+        QTest::newRow("unchanged") << "" << "" << "" << "" << "";
+        QTest::newRow("attention scale") << "0" << "alpha = 0.17677669529663687" << "alpha = 0.2" << "baddbmm.scaled@r0" << "dot_product_attention.py:156";
+        QTest::newRow("dropout probability") << "1" << "native_dropout.default(add_2, 0.1, True)" << "native_dropout.default(add_2, 0.2, True)"
+                                             << "native_dropout_2@r1" << "fused_bias_dropout.py:32";
+        QTest::newRow("activation") << "01" << "aten.gelu.default(add_4)" << "aten.silu.default(add_4)" << "gelu@r0" << "mlp.py:125";
+        QTest::newRow("layer norm epsilon") << "1" << "[768], 1e-05)" << "[768], 1e-06)" << "fused_layer_norm_affine_fwd@r1" << "custom_ops.py";
+        QTest::newRow("mask fill") << "01" << "-10000.0)" << "-1000.0)" << "masked_fill.diff@r0" << "utils.py:36";
+        QTest::newRow("loss operands") << "01" << "sub.Tensor(log, view_32)" << "sub.Tensor(view_32, log)" << "div_1@r0" << "simple_gpt.py:99";
+        QTest::newRow("bias not added") << "01" << "add.Tensor(copy_1, primals_7)" << "add.Tensor(copy_1, copy_1)" << "div_1@r" << "simple_gpt.py:99";
+        QTest::newRow("loss mask ignored") << "01" << "mul.Tensor(view_34, view_33)" << "mul.Tensor(view_34, view_34)" << "div_1@r" << "simple_gpt.py:99";
+    }
+    void torchPairBugsAreCaught() {
+        QFETCH(QString, ranks);
+        QFETCH(QString, from);
+        QFETCH(QString, to);
+        QFETCH(QString, op);
+        QFETCH(QString, source);
+        const QString dir = QStringLiteral(TV_SOURCE_DIR "/resources/torch-graphs/gpt/");
+        QTemporaryDir tmp;
+        QStringList files;
+        for (int r = 0; r < 2; ++r) {
+            QFile in(dir + QString("paral2_layer1/fw.g0.r%1.py").arg(r));
+            QVERIFY(in.open(QIODevice::ReadOnly));
+            auto text = QString::fromUtf8(in.readAll());
+            if (ranks.contains(QString::number(r))) {
+                QVERIFY2(text.contains(from), qPrintable(from));
+                text.replace(from, to);
+            }
+            files << tmp.filePath(QString("fw.g0.r%1.py").arg(r));
+            QFile out(files.back());
+            QVERIFY(out.open(QIODevice::WriteOnly));
+            out.write(text.toUtf8());
+        }
+        auto r = trainverify(QStringList{"verify", "--logical", dir + "paral1_layer1/fw.g0.r0.py", "--parallel"} + files + QStringList{"--timeout", "300"});
+        if (op.isEmpty()) {
+            QVERIFY2(r.exitCode == 0 && r.out.startsWith("EQUIVALENT"), qPrintable(r.out));
+            return;
+        }
+        QVERIFY2(r.exitCode == 1 && r.out.startsWith("NOT EQUIVALENT"), qPrintable(r.out));
+        QVERIFY2(r.out.contains("at parallel op " + op), qPrintable(r.out));
+        QVERIFY2(r.out.contains("  source ") && r.out.section("  source ", 1, 1).section('\n', 0, 0).contains(source), qPrintable(r.out));
+    }
+
     // A pair of nnScaler plans verifies from the command line with the usual verdicts, exit codes
     // and JSON report; convert writes the mapped plan; bad input is exit code 3 with a reason.
     void verifyNnScalerPair() {
