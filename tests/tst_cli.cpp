@@ -225,50 +225,97 @@ private slots:
         QVERIFY2(bad.err.contains(tmp.filePath("fw.g0.r1.py") + ":") && bad.err.contains("nowhere is used before it is defined"), qPrintable(bad.err));
     }
 
-    // PyTorch graphs verify from the command line: one file per rank after --parallel. The bug
-    // pairs are never EQUIVALENT, nothing crashes, and graphs that are not one program are exit 3.
+    // PyTorch graphs verify from the command line, one file per rank after --parallel: every
+    // bundled pair gets the verdict resources/torch-graphs/expected.json gives it, a NOT
+    // EQUIVALENT at the op and framework line it names; a pair still pending is never EQUIVALENT.
+    void verifyTorchPair_data() {
+        QTest::addColumn<QJsonObject>("pair");
+        QFile f(QStringLiteral(TV_SOURCE_DIR "/resources/torch-graphs/expected.json"));
+        QVERIFY(f.open(QIODevice::ReadOnly));
+        const auto pairs = QJsonDocument::fromJson(f.readAll()).object()["pairs"].toArray();
+        QVERIFY(pairs.size() >= 6);
+        for (const auto& p : pairs) QTest::newRow(qPrintable(p.toObject()["name"].toString())) << p.toObject();
+    }
     void verifyTorchPair() {
+        QFETCH(QJsonObject, pair);
         const QString dir = QStringLiteral(TV_SOURCE_DIR "/resources/torch-graphs/");
-        struct Pair {
-            const char* logical;
-            std::vector<const char*> ranks;
-            bool bug;
-        };
-        const std::vector<Pair> pairs = {
-            {"gpt/paral1_layer1/fw.g0.r0.py", {"gpt/paral2_layer1/fw.g0.r0.py", "gpt/paral2_layer1/fw.g0.r1.gpickle"}, false},
-            {"qwen2/paral1_layer1/fw.g0.r0.py", {"qwen2/paral2_layer1/fw.g0.r0.py", "qwen2/paral2_layer1/fw.g0.r1.py"}, false},
-            {"bug_grad_accumulation/1step/fw.g0.r0.py", {"bug_grad_accumulation/2step.bug/fw.g0.r0.py"}, true},
-            {"bug_missing_layernorm_allreduce/tp1/both.g0.r0.py",
-             {"bug_missing_layernorm_allreduce/tp2.bug/both.g0.r0.py", "bug_missing_layernorm_allreduce/tp2.bug/both.g0.r1.py"}, true},
-        };
-        for (const auto& p : pairs) {
-            QStringList args{"verify", "--logical", dir + p.logical, "--parallel"};
-            for (const auto* r : p.ranks) args << dir + r;
-            args << "--json" << "-";
-            auto r = trainverify(args);
-            QVERIFY2(r.exitCode >= 0 && r.exitCode <= 2, qPrintable(QString(p.logical) + "\n" + r.out + r.err));
-            if (p.bug) QVERIFY2(r.exitCode != 0, qPrintable(QString(p.logical) + " is a known bug\n" + r.out));
-            auto j = QJsonDocument::fromJson(r.out.toUtf8()).object();
-            QCOMPARE(j["torch"].toObject()["ranks"].toArray().size(), static_cast<qsizetype>(p.ranks.size()));
-            if (r.exitCode == 2) QVERIFY2(!j["failure"].toObject()["message"].toString().isEmpty(), qPrintable(r.out));
+        QStringList args{"verify", "--logical", dir + pair["logical"].toString(), "--parallel"};
+        for (const auto& r : pair["ranks"].toArray()) args << dir + r.toString();
+        if (pair.contains("relations")) args << "--relations" << QStringLiteral(TV_SOURCE_DIR "/resources/torch-relations/") + pair["relations"].toString();
+        auto text = trainverify(args);
+        auto json = trainverify(args + QStringList{"--json", "-"});
+        const auto verdict = pair["verdict"].toString();
+        const int code = verdict == "equivalent" ? 0 : verdict == "not_equivalent" ? 1 : 2;
+        QVERIFY2(text.exitCode == code, qPrintable(QString("exit %1\n").arg(text.exitCode) + text.out + text.err));
+        QCOMPARE(json.exitCode, code);
+        auto j = QJsonDocument::fromJson(json.out.toUtf8()).object();
+        QCOMPARE(j["verdict"].toString(), verdict);
+        QCOMPARE(j["torch"].toObject()["ranks"].toArray().size(), pair["ranks"].toArray().size());
+        if (code == 1) {
+            QVERIFY2(text.out.contains("at parallel op " + pair["op"].toString()), qPrintable(text.out));
+            QVERIFY2(text.out.section("  source ", 1, 1).section('\n', 0, 0).contains(pair["source"].toString()), qPrintable(text.out));
         }
-        // Two files of one rank, a file that is not a graph: exit 3, naming the files.
+        if (code == 2) QVERIFY2(!j["failure"].toObject()["message"].toString().isEmpty(), qPrintable(json.out));
+    }
+
+    // What cannot be one PyTorch program, or a relations file that does not fit, is exit 3 with
+    // the file and what is wrong.
+    void torchPairInputErrors() {
+        const QString dir = QStringLiteral(TV_SOURCE_DIR "/resources/torch-graphs/");
         auto twice = trainverify({"verify", "--logical", dir + "gpt/paral1_layer1/fw.g0.r0.py", "--parallel", dir + "gpt/paral2_layer1/fw.g0.r0.py",
                                   dir + "gpt/paral2_layer1/fw.g0.r0.gpickle"});
         QCOMPARE(twice.exitCode, 3);
         QVERIFY2(twice.out.contains("rank 0 is given twice"), qPrintable(twice.out));
         QTemporaryDir tmp;
-        QFile junk(tmp.filePath("fw.g0.r1.py"));
-        QVERIFY(junk.open(QIODevice::WriteOnly));
-        junk.write("def forward(self):\n    x = y\n");
-        junk.close();
+        auto write = [&](const QString& name, const QByteArray& text) {
+            QFile f(tmp.filePath(name));
+            QVERIFY(f.open(QIODevice::WriteOnly));
+            f.write(text);
+        };
+        write("fw.g0.r1.py", "def forward(self):\n    x = y\n");
         auto bad = trainverify({"verify", "--logical", dir + "gpt/paral1_layer1/fw.g0.r0.py", "--parallel", dir + "gpt/paral2_layer1/fw.g0.r0.py", tmp.filePath("fw.g0.r1.py")});
         QCOMPARE(bad.exitCode, 3);
         QVERIFY2(bad.out.contains(tmp.filePath("fw.g0.r1.py")), qPrintable(bad.out));
-        // An nnScaler pair is one file each.
         auto many = trainverify({"verify", "--logical", "a.pkl", "--parallel", "b.pkl", "c.pkl"});
         QCOMPARE(many.exitCode, 3);
         QVERIFY2(many.out.contains("one file per rank is for PyTorch graphs"), qPrintable(many.out));
+        const QString ga = dir + "bug_grad_accumulation/";
+        const std::vector<std::pair<QByteArray, QString>> relations = {
+            {"{", "not JSON"},
+            {R"({"format": "x", "version": 1, "inputs": []})", "/format: must be"},
+            {R"({"format": "trainverify-torch-relations", "version": 1, "inputs": [{"parallel": "nope", "logical": "arg3_1"}]})", "/inputs/0/parallel: rank 0's graph has no input \"nope\""},
+            {R"({"format": "trainverify-torch-relations", "version": 1, "inputs": [{"parallel": "arg3_1", "logical": "arg3_1", "part": [[0, 9]]}]})", "/inputs/0/part/0: is not a range inside 0..8"},
+            {R"({"format": "trainverify-torch-relations", "version": 1, "inputs": [{"parallel": "arg3_1", "logical": "arg3_1", "part": [[0, 5]]}]})", "the part is [5] but rank 0's arg3_1 is [4]"},
+            {R"({"format": "trainverify-torch-relations", "version": 1, "inputs": [{"parallel": "arg3_1", "logical": "arg3_1", "rank": 3}]})", "/inputs/0/rank: must be a rank from 0 to 0"},
+            {R"({"format": "trainverify-torch-relations", "version": 1, "inputs": [], "extra": 1})", "/extra: unknown key"},
+        };
+        for (const auto& [text, message] : relations) {
+            write("r.json", text);
+            auto r = trainverify({"verify", "--logical", ga + "1step/fw.g0.r0.py", "--parallel", ga + "2step.bug/fw.g0.r0.py", "--relations", tmp.filePath("r.json")});
+            QVERIFY2(r.exitCode == 3 && r.out.contains(tmp.filePath("r.json")) && r.out.contains(message), qPrintable(message + "\n" + r.out));
+        }
+    }
+
+    // The gradient-accumulation pair with the division put back is EQUIVALENT: the relations
+    // file is what made the bug visible, not what made a verdict.
+    void fixedGradientAccumulationIsEquivalent() {
+        const QString dir = QStringLiteral(TV_SOURCE_DIR "/resources/torch-graphs/bug_grad_accumulation/");
+        QFile in(dir + "2step.bug/fw.g0.r0.py");
+        QVERIFY(in.open(QIODevice::ReadOnly));
+        auto text = QString::fromUtf8(in.readAll());
+        text.replace("add_1: \"f32[]\" = torch.ops.aten.add.Tensor(arg4_1, detach_2)",
+                     "half: \"f32[]\" = torch.ops.aten.mul.Tensor(detach_2, 0.5)\n        add_1: \"f32[]\" = torch.ops.aten.add.Tensor(arg4_1, half)");
+        text.replace("add_3: \"f32[]\" = torch.ops.aten.add.Tensor(add_1, detach_5)",
+                     "half_1: \"f32[]\" = torch.ops.aten.mul.Tensor(detach_5, 0.5)\n        add_3: \"f32[]\" = torch.ops.aten.add.Tensor(add_1, half_1)");
+        QVERIFY(text.contains("half_1"));
+        QTemporaryDir tmp;
+        QFile out(tmp.filePath("fw.g0.r0.py"));
+        QVERIFY(out.open(QIODevice::WriteOnly));
+        out.write(text.toUtf8());
+        out.close();
+        auto r = trainverify({"verify", "--logical", dir + "1step/fw.g0.r0.py", "--parallel", tmp.filePath("fw.g0.r0.py"), "--relations",
+                              QStringLiteral(TV_SOURCE_DIR "/resources/torch-relations/grad-accumulation.json")});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.out));
     }
 
     // Bugs put into Megatron's own TP 2 graphs (GPT, 1 layer) are NOT EQUIVALENT, named at the op
@@ -280,7 +327,8 @@ private slots:
         QTest::addColumn<QString>("op");      // the op the diagnosis names ("" for the unchanged pair)
         QTest::addColumn<QString>("source");  // and its framework line
         QTest::newRow("unchanged") << "" << "" << "" << "" << "";
-        QTest::newRow("attention scale") << "0" << "alpha = 0.17677669529663687" << "alpha = 0.2" << "baddbmm.scaled@r0" << "dot_product_attention.py:156";
+        // A scale is followed (a later op may undo it) up to the first op that cannot pass it on.
+        QTest::newRow("attention scale") << "0" << "alpha = 0.17677669529663687" << "alpha = 0.2" << "masked_fill.diff@r0" << "utils.py:36";
         QTest::newRow("dropout probability") << "1" << "native_dropout.default(add_2, 0.1, True)" << "native_dropout.default(add_2, 0.2, True)"
                                              << "native_dropout_2@r1" << "fused_bias_dropout.py:32";
         QTest::newRow("activation") << "01" << "aten.gelu.default(add_4)" << "aten.silu.default(add_4)" << "gelu@r0" << "mlp.py:125";
@@ -320,6 +368,7 @@ private slots:
         QVERIFY2(r.exitCode == 1 && r.out.startsWith("NOT EQUIVALENT"), qPrintable(r.out));
         QVERIFY2(r.out.contains("at parallel op " + op), qPrintable(r.out));
         QVERIFY2(r.out.contains("  source ") && r.out.section("  source ", 1, 1).section('\n', 0, 0).contains(source), qPrintable(r.out));
+        if (from.startsWith("alpha")) QVERIFY2(r.out.contains("baddbmm.scaled@r0 scales by 1/5 where the single device's baddbmm.scaled scales by"), qPrintable(r.out));
     }
 
     // A pair of nnScaler plans verifies from the command line with the usual verdicts, exit codes

@@ -561,7 +561,7 @@ void MainWindow::generatePlan(const gen::GenerateOptions& options) {
                 *error = QString::fromStdString(problem);
                 return nullptr;
             }
-            return loadOpenedPlan(session::openedFromPlan(std::move(generated.plan), {path, {}}, generated.seconds), error, kMaxWrittenOutOps, control);
+            return loadOpenedPlan(session::openedFromPlan(std::move(generated.plan), {path, {}, {}}, generated.seconds), error, kMaxWrittenOutOps, control);
         },
         tr("Generating %1").arg(QString::fromStdString(options.model)));
 }

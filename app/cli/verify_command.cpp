@@ -13,7 +13,7 @@
 namespace tv::cli {
 
 int verifyCommand(const Args& args) {
-    std::string path, jsonOut, htmlOut, logicalPath;
+    std::string path, jsonOut, htmlOut, logicalPath, relationsPath;
     std::vector<std::string> parallelPaths;
     VerifyOptions opts;
     opts.isolate = true;
@@ -27,16 +27,18 @@ int verifyCommand(const Args& args) {
         .flag({"--no-reuse"}, [&opts] { opts.reuseIsomorphic = false; })
         .flag({"--no-reduce"}, [&opts] { opts.check.reduceShapes = false; })
         .text({"--logical"}, &logicalPath, "--logical needs an nnScaler plan file (.pkl) or a PyTorch graph (.py, .gpickle)")
+        .text({"--relations"}, &relationsPath, "--relations needs a relations file (.json)")
         .list({"--parallel"}, &parallelPaths, "--parallel needs an nnScaler plan file (.pkl) or one PyTorch graph per rank")
         .positional(&path, "verify takes one plan file");
     if (auto problem = parser.parse(args); !problem.empty()) return usageError(problem);
     const bool pair = !logicalPath.empty() || !parallelPaths.empty();
     if (pair && (logicalPath.empty() || parallelPaths.empty())) return usageError("--logical and --parallel go together");
+    if (!relationsPath.empty() && !pair) return usageError("--relations goes with --logical and --parallel");
     if (pair && !path.empty()) return usageError("verify takes a plan file or --logical and --parallel, not both");
     if (!pair && path.empty()) return usageError("verify needs a plan file (or --logical Gs.pkl --parallel Gp.pkl, or --logical G.py --parallel G.r0.py G.r1.py ...)");
     limitMemory(opts.memoryMiB, opts.jobs);
     RunGuard guard(opts.runSeconds);
-    auto opened = pair ? session::openPair(logicalPath, parallelPaths) : session::openPlanFile(path);
+    auto opened = pair ? session::openPair(logicalPath, parallelPaths, relationsPath) : session::openPlanFile(path);
     VerifyReport report = opened.ok() ? verifyGuarded(*opened.opened->plan, opts, guard) : std::move(opened.refusal);
     report.timing.load = opened.seconds;
     report.timing.total += opened.seconds;

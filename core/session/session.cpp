@@ -73,10 +73,10 @@ OpenResult openNnScalerPair(const std::string& logicalPath, const std::string& p
     return r;
 }
 
-OpenResult openTorchPair(const std::string& logicalPath, const std::vector<std::string>& rankPaths) {
+OpenResult openTorchPair(const std::string& logicalPath, const std::vector<std::string>& rankPaths, const std::string& relationsPath) {
     OpenResult r;
     r.source = {rankPaths.empty() ? std::string() : rankPaths[0], logicalPath, rankPaths};
-    auto pair = torch::loadTorchPair(logicalPath, rankPaths);
+    auto pair = torch::loadTorchPair(logicalPath, rankPaths, relationsPath);
     r.seconds = pair.seconds;
     auto opened = std::make_shared<OpenedPlan>();
     opened->source = r.source;
@@ -96,16 +96,17 @@ OpenResult openTorchPair(const std::string& logicalPath, const std::vector<std::
     return r;
 }
 
-OpenResult openPair(const std::string& logicalPath, const std::vector<std::string>& parallelPaths) {
-    if (torch::isTorchGraphPath(logicalPath)) return openTorchPair(logicalPath, parallelPaths);
-    if (parallelPaths.size() != 1) {
+OpenResult openPair(const std::string& logicalPath, const std::vector<std::string>& parallelPaths, const std::string& relationsPath) {
+    if (torch::isTorchGraphPath(logicalPath)) return openTorchPair(logicalPath, parallelPaths, relationsPath);
+    if (parallelPaths.size() != 1 || !relationsPath.empty()) {
         OpenResult r;
         r.source = {parallelPaths.empty() ? std::string() : parallelPaths[0], logicalPath, {}};
         r.refusal.verdict = Verdict::Invalid;
         Failure f;
         f.kind = FailureKind::InvalidPlan;
-        f.message = "an nnScaler pair is one logical plan and one parallel plan (" + std::to_string(parallelPaths.size()) +
-                    " parallel files given; one file per rank is for PyTorch graphs, .py or .gpickle)";
+        f.message = !relationsPath.empty() ? std::string("--relations is for PyTorch graphs (.py or .gpickle); nnScaler plans carry their own")
+                                           : "an nnScaler pair is one logical plan and one parallel plan (" + std::to_string(parallelPaths.size()) +
+                                                 " parallel files given; one file per rank is for PyTorch graphs, .py or .gpickle)";
         r.refusal.failure = f;
         r.refusal.failures = {f};
         r.refusal.problems.push_back(PlanProblem{"", f.message});

@@ -69,9 +69,9 @@ struct OpenResult {
 OpenResult openPlanFile(const std::string& path);
 OpenResult openNnScalerPair(const std::string& logicalPath, const std::string& parallelPath);
 /// A single-device PyTorch graph and one graph per rank (.py or .gpickle), lowered and related.
-OpenResult openTorchPair(const std::string& logicalPath, const std::vector<std::string>& rankPaths);
+OpenResult openTorchPair(const std::string& logicalPath, const std::vector<std::string>& rankPaths, const std::string& relationsPath = {});
 /// The nnScaler pair or the PyTorch pair the paths name (by the files' extensions).
-OpenResult openPair(const std::string& logicalPath, const std::vector<std::string>& parallelPaths);
+OpenResult openPair(const std::string& logicalPath, const std::vector<std::string>& parallelPaths, const std::string& relationsPath = {});
 /// A plan already read (e.g. generated), opened as if from `source`.
 std::shared_ptr<const OpenedPlan> openedFromPlan(std::unique_ptr<Plan> plan, PlanSource source, double readSeconds = 0);
 

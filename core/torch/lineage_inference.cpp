@@ -305,11 +305,25 @@ void LineageInference::infer(int opIndex) {
         // attribute, another elementwise function). What its result should hold is claimed; if the
         // program is wrong there, that claim fails at this op, where the diagnosis belongs.
         if (parallelOnly(op, ins)) return;
+        // Claimed as it should be: a scaled input counts as unscaled (a nonlinear op cannot undo
+        // a scale, so the claim fails here if the scale was wrong).
+        std::vector<Relation> unscaled;
+        unscaled.reserve(ins.size());
+        std::vector<const Relation*> shouldBe;
+        for (const auto* r : ins) {
+            if (!r) {
+                shouldBe.push_back(nullptr);
+                continue;
+            }
+            unscaled.push_back(*r);
+            unscaled.back().coeff = 1;
+            shouldBe.push_back(&unscaled.back());
+        }
         for (const auto& [lop, pos] : candidates) {
             if (pos != first) continue;
             const auto& l = L_.ops[static_cast<std::size_t>(lop)];
             if (!matches(l, op, ins, false)) continue;
-            if (transfer(l, op, ins)) {
+            if (transfer(l, op, shouldBe)) {
                 nearMatches.push_back({static_cast<int>(&op - P_.ops.data()), lop});
                 return;
             }
@@ -398,6 +412,20 @@ bool LineageInference::elementwise(const LoweredOp& l, const LoweredOp& p, std::
         // (x, dy): linear in dy only.
         if (!ins[0]->coeff.isOne() || (!partial.empty() && partial[0] != 1)) return false;
         r.coeff = ins[1]->coeff;
+    } else if (k == "mul_scalar") {
+        // p' = v_p·p and L' = v_l·L with L = c·p give L' = (c·v_l/v_p)·p'.
+        auto vl = Rational::parse(l.attrs["value"].is_string() ? l.attrs["value"].get<std::string>() : l.attrs["value"].dump());
+        auto vp = Rational::parse(p.attrs["value"].is_string() ? p.attrs["value"].get<std::string>() : p.attrs["value"].dump());
+        if (p.kind != "mul_scalar" || !vl || !vp || vp->isZero()) return false;
+        try {
+            r.coeff = ins[0]->coeff * *vl / *vp;
+        } catch (const RationalOverflow&) {
+            return false;
+        }
+        if (r.coeff.isZero()) return false;
+        if (*vl != *vp && scaledOps_.insert(l.name).second && notes.size() < 64)
+            notes.push_back(p.name + " scales by " + vp->toString() + " where the single device's " + l.name + " scales by " + vl->toString() +
+                            ": what follows holds the single device's values times " + (*vp / *vl).toString() + " until a sum or the result undoes it");
     } else if (isLinearUnary(k)) {
         // coefficient and partial sums pass through
     } else {

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -96,6 +97,7 @@ private:
     const LoweredProgram& P_;
     std::vector<std::optional<Relation>> rel_;
     std::vector<std::vector<std::pair<int, int>>> consumers_;  ///< logical tensor -> (op, input position)
+    std::set<std::string> scaledOps_;  ///< logical ops a parallel op scales otherwise (said once)
 
     const Dims& lshape(int t) const { return L_.tensors[static_cast<std::size_t>(t)].shape; }
     const Dims& pshape(int t) const { return P_.tensors[static_cast<std::size_t>(t)].shape; }

@@ -5,6 +5,7 @@
 #include <map>
 #include <numeric>
 #include <regex>
+#include <set>
 
 #include "model/rational.hpp"
 
@@ -847,7 +848,18 @@ private:
             if (keep) attrs["keepdim"] = true;
         }
         if (s.empty()) return alias(x);
-        return tensor(emit(mean ? "mean" : "sum", {x}, resultShape(), false, attrs));
+        if (!mean) return tensor(emit("sum", {x}, resultShape(), false, attrs));
+        // A mean is the sum scaled by 1/n, so that it relates to a program that sums and divides.
+        std::int64_t n = 1;
+        if (attrs.contains("dims")) {
+            std::set<std::int64_t> seen;
+            for (auto d : attrs["dims"].get<std::vector<std::int64_t>>())
+                if (seen.insert(d).second) n *= s[static_cast<std::size_t>(d)];
+        } else {
+            n = numel(s);
+        }
+        int total = emit("sum", {x}, resultShape(), false, attrs, "sum");
+        return tensor(emit("mul_scalar", {total}, resultShape(), false, {{"value", rat(Rational(1, n))}}));
     }
 
     Val lowerIndexPut() {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <optional>
@@ -98,7 +99,90 @@ std::string describeRelation(const Relation& r, const LoweredProgram& L) {
 
 }  // namespace
 
-TorchPairLoad loadTorchPair(const std::string& logicalPath, const std::vector<std::string>& parallelPaths) {
+namespace {
+
+/// Reads a relations file onto the inferred input relations. Returns the problem ("FILE: /inputs/2/part: ...") or "".
+std::string applyRelations(const std::string& path, const LoweredProgram& L, const LoweredProgram& P, std::vector<std::optional<Relation>>& rel,
+                           std::vector<std::string>& notes) {
+    std::ifstream f(path);
+    if (!f) return path + ": cannot open file";
+    json doc;
+    try {
+        doc = json::parse(f);
+    } catch (const json::exception& e) {
+        return path + ": not JSON: " + e.what();
+    }
+    auto at = [&](const std::string& where, const std::string& what) { return path + ": " + where + ": " + what; };
+    if (!doc.is_object()) return at("/", "a relations file is a JSON object");
+    if (doc.value("format", std::string()) != "trainverify-torch-relations") return at("/format", "must be \"trainverify-torch-relations\"");
+    if (!doc.contains("version") || doc["version"] != 1) return at("/version", "must be 1");
+    for (const auto& [key, v] : doc.items())
+        if (key != "format" && key != "version" && key != "about" && key != "inputs") return at("/" + key, "unknown key");
+    if (!doc.contains("inputs") || !doc["inputs"].is_array()) return at("/inputs", "must be an array");
+    auto inputNamed = [](const LoweredProgram& prog, int rank, const std::string& name) -> int {
+        for (int t : prog.inputs.at(static_cast<std::size_t>(rank)))
+            if (t >= 0) {
+                auto n = prog.tensors[static_cast<std::size_t>(t)].name;
+                if (auto a = n.rfind("@r"); a != std::string::npos) n = n.substr(0, a);
+                if (n == name) return t;
+            }
+        return -1;
+    };
+    std::size_t k = 0;
+    for (const auto& e : doc["inputs"]) {
+        const std::string where = "/inputs/" + std::to_string(k++);
+        if (!e.is_object()) return at(where, "must be an object");
+        for (const auto& [key, v] : e.items())
+            if (key != "parallel" && key != "logical" && key != "rank" && key != "part") return at(where + "/" + key, "unknown key");
+        if (!e.contains("parallel") || !e["parallel"].is_string()) return at(where + "/parallel", "must name a parallel graph's input");
+        if (!e.contains("logical") || !e["logical"].is_string()) return at(where + "/logical", "must name the single-device graph's input");
+        const int lt = inputNamed(L, 0, e["logical"].get<std::string>());
+        if (lt < 0) return at(where + "/logical", "the single-device graph has no input \"" + e["logical"].get<std::string>() + "\"");
+        const auto& lshape = L.tensors[static_cast<std::size_t>(lt)].shape;
+        std::vector<int> ranks;
+        if (e.contains("rank")) {
+            if (!e["rank"].is_number_integer() || e["rank"].get<std::int64_t>() < 0 || e["rank"].get<std::int64_t>() >= P.ranks)
+                return at(where + "/rank", "must be a rank from 0 to " + std::to_string(P.ranks - 1));
+            ranks.push_back(e["rank"].get<int>());
+        } else {
+            for (int r = 0; r < P.ranks; ++r) ranks.push_back(r);
+        }
+        Dims lo(lshape.size(), 0), hi = lshape;
+        if (e.contains("part")) {
+            const auto& part = e["part"];
+            if (!part.is_array() || part.size() != lshape.size()) return at(where + "/part", "must give one [start, end) per dim of " + shapeToString(lshape));
+            for (std::size_t d = 0; d < lshape.size(); ++d) {
+                const auto& b = part[d];
+                if (!b.is_array() || b.size() != 2 || !b[0].is_number_integer() || !b[1].is_number_integer())
+                    return at(where + "/part/" + std::to_string(d), "must be [start, end]");
+                lo[d] = b[0].get<std::int64_t>();
+                hi[d] = b[1].get<std::int64_t>();
+                if (lo[d] < 0 || lo[d] >= hi[d] || hi[d] > lshape[d]) return at(where + "/part/" + std::to_string(d), "is not a range inside 0.." + std::to_string(lshape[d]));
+            }
+        }
+        for (int r : ranks) {
+            const int pt = inputNamed(P, r, e["parallel"].get<std::string>());
+            if (pt < 0) return at(where + "/parallel", "rank " + std::to_string(r) + "'s graph has no input \"" + e["parallel"].get<std::string>() + "\"");
+            const auto& ptensor = P.tensors[static_cast<std::size_t>(pt)];
+            Dims extent(lo.size());
+            for (std::size_t d = 0; d < lo.size(); ++d) extent[d] = hi[d] - lo[d];
+            if (extent != ptensor.shape)
+                return at(where + "/part", "the part is " + shapeToString(extent) + " but rank " + std::to_string(r) + "'s " + e["parallel"].get<std::string>() + " is " +
+                                               shapeToString(ptensor.shape));
+            if (ptensor.isInt != L.tensors[static_cast<std::size_t>(lt)].isInt) return at(where, "one is an integer tensor and the other is not");
+            Relation x;
+            x.logical = lt;
+            x.dims = boxDims(lshape, lo, hi);
+            rel[static_cast<std::size_t>(pt)] = x;
+        }
+    }
+    notes.push_back("input relations from " + path + " (" + std::to_string(k) + " entries)");
+    return {};
+}
+
+}  // namespace
+
+TorchPairLoad loadTorchPair(const std::string& logicalPath, const std::vector<std::string>& parallelPaths, const std::string& relationsPath) {
     const auto t0 = std::chrono::steady_clock::now();
     TorchPairLoad out;
     auto fail = [&](Verdict v, FailureKind kind, const std::string& msg) {
@@ -144,6 +228,9 @@ TorchPairLoad loadTorchPair(const std::string& logicalPath, const std::vector<st
 
     LineageInference inf(L, P);
     inf.relateInputs();
+    if (!relationsPath.empty())
+        if (auto problem = applyRelations(relationsPath, L, P, inf.relations(), out.notes); !problem.empty())
+            return fail(Verdict::Invalid, FailureKind::InvalidPlan, problem);
     inf.run();
     inf.relateRemainingMasks();
     auto& rel = inf.relations();
@@ -346,7 +433,9 @@ TorchPairLoad loadTorchPair(const std::string& logicalPath, const std::vector<st
         if (!pt[t] || !rel[t] || inRecord.count(static_cast<int>(t))) continue;
         const auto& r = *rel[t];
         if (r.kind == Relation::Kind::PartialMax || !lt[static_cast<std::size_t>(r.logical)]) continue;
-        auto& g = groups[{r.logical, baseName(P.tensors[t].name)}];
+        // Inputs: one record per logical input (its parts may come from differently named inputs);
+        // computed tensors: one per node (the same node on every rank).
+        auto& g = groups[{r.logical, P.tensors[t].producer < 0 ? std::string() : baseName(P.tensors[t].name)}];
         g.first.push_back(static_cast<int>(t));
         g.second.push_back(r);
     }

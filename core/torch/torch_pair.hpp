@@ -39,7 +39,9 @@ struct TorchPairLoad {
     double seconds = 0;
 };
 
-TorchPairLoad loadTorchPair(const std::string& logicalPath, const std::vector<std::string>& parallelPaths);
+/// `relationsPath` (optional): a relations file placing parallel inputs the default rule cannot
+/// (docs/torch-graphs.md, "Relations file").
+TorchPairLoad loadTorchPair(const std::string& logicalPath, const std::vector<std::string>& parallelPaths, const std::string& relationsPath = {});
 
 /// Whether a path names a captured PyTorch graph (.py or .gpickle), not an nnScaler plan.
 bool isTorchGraphPath(const std::string& path);
