@@ -11,6 +11,7 @@
 #include "layout/layout_process.hpp"
 #include "compare_window.hpp"
 #include "main_window.hpp"
+#include "torch/torch_pair.hpp"
 #include "verify/solver_process.hpp"
 
 int main(int argc, char** argv) {
@@ -36,10 +37,15 @@ int main(int argc, char** argv) {
                                   QStringLiteral("Open the plan, save a picture of the window to FILE and quit."), QStringLiteral("FILE"));
     QCommandLineOption select(QStringLiteral("select"), QStringLiteral("Select the op or tensor whose name matches NAME."),
                               QStringLiteral("NAME"));
-    QCommandLineOption logical(QStringLiteral("logical"), QStringLiteral("An nnScaler logical plan (.pkl); with --parallel, open the pair."),
+    QCommandLineOption logical(QStringLiteral("logical"),
+                               QStringLiteral("An nnScaler logical plan (.pkl) or a single-device PyTorch graph (.py, .gpickle); with --parallel, open the pair."),
                                QStringLiteral("FILE"));
-    QCommandLineOption parallel(QStringLiteral("parallel"), QStringLiteral("An nnScaler parallel plan (.pkl) of the --logical plan."),
+    QCommandLineOption parallel(QStringLiteral("parallel"),
+                                QStringLiteral("An nnScaler parallel plan (.pkl) of the --logical plan, or one rank's PyTorch graph (given once per rank)."),
                                 QStringLiteral("FILE"));
+    QCommandLineOption relations(QStringLiteral("relations"), QStringLiteral("A relations file for a pair of PyTorch programs (docs/torch-graphs.md)."),
+                                 QStringLiteral("FILE"));
+    parser.addOption(relations);
     QCommandLineOption verify(QStringLiteral("verify"),
                               QStringLiteral("Verify the plan once it is open (as F5 does); with --screenshot, the picture shows the result."));
     parser.addOption(verify);
@@ -77,15 +83,25 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "trainverify-studio: --logical and --parallel go together\n");
         return 3;
     }
+    // With --logical, the files after --parallel are the ranks' graphs (as trainverify verify takes them).
+    QStringList rankFiles = parser.values(parallel);
     if (pair && !args.isEmpty()) {
-        std::fprintf(stderr, "trainverify-studio: give a plan file or --logical and --parallel, not both\n");
-        return 3;
+        if (!tv::torch::isTorchGraphPath(parser.value(logical).toStdString())) {
+            std::fprintf(stderr, "trainverify-studio: give a plan file or --logical and --parallel, not both\n");
+            return 3;
+        }
+        rankFiles << args;
+        args.clear();
     }
-    if (args.size() > 1) {
+    if (args.size() > 1 && !pair) {
         std::fprintf(stderr, "trainverify-studio: give at most one plan file\n");
         return 3;
     }
-    if (pair) args = {parser.value(parallel)};
+    if (parser.isSet(relations) && !pair) {
+        std::fprintf(stderr, "trainverify-studio: --relations goes with --logical and --parallel\n");
+        return 3;
+    }
+    if (pair) args = {parser.values(parallel).first()};
     if (parser.isSet(lesson)) {
         if (pair || !args.isEmpty()) {
             std::fprintf(stderr, "trainverify-studio: give a plan file, --logical and --parallel, or --lesson\n");
@@ -167,7 +183,7 @@ int main(int argc, char** argv) {
                 shoot();
             }
         }, Qt::SingleShotConnection);
-        if (pair) window.openNnScalerPair(parser.value(logical), parser.value(parallel));
+        if (pair) window.openPair(parser.value(logical), rankFiles, parser.value(relations));
         else if (parser.isSet(lesson)) window.openLesson(parser.value(lesson), true);
         else window.openPlan(args.first());
     } else if (parser.isSet(screenshot)) {

@@ -371,6 +371,26 @@ private slots:
         if (from.startsWith("alpha")) QVERIFY2(r.out.contains("baddbmm.scaled@r0 scales by 1/5 where the single device's baddbmm.scaled scales by"), qPrintable(r.out));
     }
 
+    // convert writes a PyTorch pair as a plan with its inferred lineage and framework lines; it
+    // verifies as the pair does, and the catalog's bugs that apply to it are caught where they are.
+    void convertedTorchPairCatchesCatalogBugs() {
+        const QString dir = QStringLiteral(TV_SOURCE_DIR "/resources/torch-graphs/gpt/");
+        QTemporaryDir tmp;
+        const QString plan = tmp.filePath("gpt-tp2.json");
+        auto c = trainverify({"convert", "--logical", dir + "paral1_layer1/fw.g0.r0.py", "--parallel", dir + "paral2_layer1/fw.g0.r0.py",
+                              dir + "paral2_layer1/fw.g0.r1.gpickle", "-o", plan});
+        QVERIFY2(c.exitCode == 0 && c.err.contains("lineage records"), qPrintable(c.err));
+        QFile f(plan);
+        QVERIFY(f.open(QIODevice::ReadOnly));
+        const auto text = f.readAll();
+        QVERIFY(text.contains("\"source\"") && text.contains("megatron/core/tensor_parallel/layers.py"));
+        QCOMPARE(trainverify({"verify", plan}).exitCode, 0);
+        for (const char* bug : {"tp-allreduce-dropped", "tp-allreduce-as-allgather", "norm-eps-one-rank", "norm-eps-all-tp-ranks", "vocab-ce-max-not-reduced"}) {
+            auto m = trainverify({"mutate", plan, "--bug", bug, "-o", tmp.filePath("m.json"), "--verify", "--timeout", "300"});
+            QVERIFY2(m.exitCode == 0, qPrintable(QString(bug) + "\n" + m.out + m.err));
+        }
+    }
+
     // A pair of nnScaler plans verifies from the command line with the usual verdicts, exit codes
     // and JSON report; convert writes the mapped plan; bad input is exit code 3 with a reason.
     void verifyNnScalerPair() {

@@ -68,6 +68,44 @@ json expectOf(const QString& file) {
 class TestStudioVerify : public QObject {
     Q_OBJECT
 private slots:
+
+    // File > Open PyTorch Graphs: a Megatron pair with a bug put into both ranks opens, verifies
+    // NOT EQUIVALENT, and the diagnosis and the inspector name the failing op's Megatron line; the
+    // gradient-accumulation pair opens with its relations file and fails at its trainer line.
+    void torchPairShowsTheFrameworkLine() {
+        QTemporaryDir tmp;
+        const QString dir = QStringLiteral(TV_SOURCE_DIR "/resources/torch-graphs/");
+        QStringList ranks;
+        for (int r = 0; r < 2; ++r) {
+            QFile in(dir + QString("gpt/paral2_layer1/fw.g0.r%1.py").arg(r));
+            QVERIFY(in.open(QIODevice::ReadOnly));
+            auto text = QString::fromUtf8(in.readAll());
+            text.replace(QStringLiteral("aten.gelu.default(add_4)"), QStringLiteral("aten.silu.default(add_4)"));
+            ranks << tmp.filePath(QString("fw.g0.r%1.py").arg(r));
+            QFile out(ranks.back());
+            QVERIFY(out.open(QIODevice::WriteOnly));
+            out.write(text.toUtf8());
+        }
+        MainWindow w;
+        QVERIFY(actionNamed(w, "openTorchGraphs"));
+        QSignalSpy loaded(&w, &MainWindow::planLoaded);
+        w.openPair(dir + "gpt/paral1_layer1/fw.g0.r0.py", ranks);
+        QVERIFY(loaded.wait(120000));
+        QCOMPARE(w.scene()->loaded()->plan->ranks.size(), std::size_t(2));
+        QCOMPARE(w.scene()->loaded()->rankPaths().size(), 2);
+        QVERIFY(verifyAndWait(w));
+        QVERIFY2(w.failurePanel()->headline().startsWith(QStringLiteral("NOT EQUIVALENT")), qPrintable(w.failurePanel()->headline()));
+        QVERIFY2(w.failurePanel()->text().contains(QStringLiteral("megatron/core/transformer/mlp.py:125")), qPrintable(w.failurePanel()->text()));
+        QVERIFY2(w.inspector()->text().contains(QStringLiteral("mlp.py:125")), qPrintable(w.inspector()->text()));
+
+        w.openPair(dir + "bug_grad_accumulation/1step/fw.g0.r0.py", {dir + "bug_grad_accumulation/2step.bug/fw.g0.r0.py"},
+                   QStringLiteral(TV_SOURCE_DIR "/resources/torch-relations/grad-accumulation.json"));
+        QVERIFY(loaded.wait(120000));
+        QVERIFY(verifyAndWait(w));
+        QVERIFY2(w.failurePanel()->text().contains(QStringLiteral("trace_trainer.py:2487")), qPrintable(w.failurePanel()->text()));
+        QVERIFY2(w.failurePanel()->text().contains(QStringLiteral("add_3@r0")), qPrintable(w.failurePanel()->text()));
+    }
+
     void initTestCase() { testing::sandbox(QStringLiteral("tst_studio_verify")); }
 
     // Every stage reports a result, the run finishes once, nothing is left queued or running, the

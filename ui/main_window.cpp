@@ -121,9 +121,11 @@ std::shared_ptr<LoadedPlan> loadPlan(const QString& path, const std::set<std::in
     return loadOpened(session::openPlanFile(path.toStdString()), collapsed, error, maxWrittenOutOps, control);
 }
 
-std::shared_ptr<LoadedPlan> loadNnScalerPair(const QString& logicalPath, const QString& parallelPath, QString* error, std::size_t maxWrittenOutOps,
-                                             const LayoutControl* control) {
-    return loadOpened(session::openNnScalerPair(logicalPath.toStdString(), parallelPath.toStdString()), nullptr, error, maxWrittenOutOps, control);
+std::shared_ptr<LoadedPlan> loadPair(const QString& logicalPath, const QStringList& parallelPaths, const QString& relationsPath, QString* error,
+                                     std::size_t maxWrittenOutOps, const LayoutControl* control) {
+    std::vector<std::string> parallel;
+    for (const auto& p : parallelPaths) parallel.push_back(p.toStdString());
+    return loadOpened(session::openPair(logicalPath.toStdString(), parallel, relationsPath.toStdString()), nullptr, error, maxWrittenOutOps, control);
 }
 
 LoadedTwins loadTwins(std::shared_ptr<const session::OpenedPlan> a, std::shared_ptr<const session::OpenedPlan> b, QString* error,
@@ -314,8 +316,25 @@ void MainWindow::buildMenus() {
         auto parallel = QFileDialog::getOpenFileName(this, tr("Open a parallel nnScaler plan of it"), QFileInfo(logical).path(), filter);
         if (!parallel.isEmpty()) openNnScalerPair(logical, parallel);
     });
+    file->addAction(tr("Open &PyTorch Graphs..."), this, [this] {
+        // The single-device graph, then one graph per rank (the rank from `.rN.` in each name, else
+        // the order chosen), then optionally a relations file.
+        const QString dir = currentPath_.isEmpty() ? QString() : QFileInfo(currentPath_).path();
+        const QString filter = tr("PyTorch graphs (*.py *.gpickle);;All files (*)");
+        auto logical = QFileDialog::getOpenFileName(this, tr("Open the single-device PyTorch graph"), dir, filter);
+        if (logical.isEmpty()) return;
+        auto ranks = QFileDialog::getOpenFileNames(this, tr("Open the graph of every rank"), QFileInfo(logical).path(), filter);
+        if (ranks.isEmpty()) return;
+        QString relations;
+        if (QMessageBox::question(this, tr("Relations file"),
+                                  tr("Place some inputs with a relations file? (Without one, an input of the single device's shape is a replica and "
+                                     "one split evenly along one dim is a shard in rank order.)"),
+                                  QMessageBox::Yes | QMessageBox::No, QMessageBox::No) == QMessageBox::Yes)
+            relations = QFileDialog::getOpenFileName(this, tr("Open the relations file"), QFileInfo(logical).path(), tr("Relations (*.json)"));
+        openPair(logical, ranks, relations);
+    })->setObjectName(QStringLiteral("openTorchGraphs"));
     file->addAction(tr("Re&load"), QKeySequence(Qt::CTRL | Qt::Key_R), this, [this] {
-        if (!currentLogical_.isEmpty()) openNnScalerPair(currentLogical_, currentPath_);
+        if (!currentLogical_.isEmpty()) reopenPair();
         else if (!currentPath_.isEmpty()) openPlan(currentPath_);
     });
     file->addSeparator();
@@ -566,12 +585,22 @@ void MainWindow::generatePlan(const gen::GenerateOptions& options) {
         tr("Generating %1").arg(QString::fromStdString(options.model)));
 }
 
-void MainWindow::openNnScalerPair(const QString& logicalPath, const QString& parallelPath) {
-    const QString logical = QFileInfo(logicalPath).absoluteFilePath(), parallel = QFileInfo(parallelPath).absoluteFilePath();
-    startJob([logical, parallel](QString* error, const LayoutControl* control) {
-                 return loadNnScalerPair(logical, parallel, error, kMaxWrittenOutOps, control);
+void MainWindow::openPair(const QString& logicalPath, const QStringList& parallelPaths, const QString& relationsPath) {
+    const QString logical = QFileInfo(logicalPath).absoluteFilePath();
+    QStringList parallel;
+    for (const auto& p : parallelPaths) parallel << QFileInfo(p).absoluteFilePath();
+    const QString relations = relationsPath.isEmpty() ? QString() : QFileInfo(relationsPath).absoluteFilePath();
+    pendingRelations_ = relations;
+    startJob([logical, parallel, relations](QString* error, const LayoutControl* control) {
+                 return loadPair(logical, parallel, relations, error, kMaxWrittenOutOps, control);
              },
-             tr("Mapping %1 onto %2").arg(QFileInfo(parallel).fileName(), QFileInfo(logical).fileName()));
+             parallel.size() == 1 ? tr("Mapping %1 onto %2").arg(QFileInfo(parallel[0]).fileName(), QFileInfo(logical).fileName())
+                                  : tr("Relating %1 rank graphs to %2").arg(parallel.size()).arg(QFileInfo(logical).fileName()));
+}
+
+void MainWindow::reopenPair() {
+    if (!currentRanks_.isEmpty()) openPair(currentLogical_, currentRanks_, currentRelations_);
+    else openPair(currentLogical_, {currentPath_});
 }
 
 void MainWindow::onLoaded(quint64 id, std::shared_ptr<LoadedPlan> loaded, const QString& error, bool open, bool cancelled) {
@@ -604,6 +633,10 @@ void MainWindow::onLoaded(quint64 id, std::shared_ptr<LoadedPlan> loaded, const 
     const bool samePlan = scene_->loaded() && scene_->loaded()->plan == loaded->plan;
     currentPath_ = loaded->path();
     currentLogical_ = loaded->logicalPath();
+    if (!samePlan) {
+        currentRanks_ = loaded->rankPaths();
+        currentRelations_ = currentRanks_.isEmpty() ? QString() : pendingRelations_;
+    }
     scene_->setPlan(loaded);
     if (!samePlan) {
         filterBar_->reset(scene_->loaded() ? scene_->loaded()->plan.get() : nullptr);

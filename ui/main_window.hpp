@@ -56,9 +56,10 @@ constexpr double kDefaultDotSeconds = 15;
 /// `control`: where and within what the layout runs (null: in this thread, unbounded in time).
 std::shared_ptr<LoadedPlan> loadPlan(const QString& path, const std::set<std::int32_t>* collapsed, QString* error,
                                      std::size_t maxWrittenOutOps = kMaxWrittenOutOps, const LayoutControl* control = nullptr);
-/// The same for a pair of nnScaler plans (pickled ModuleCodeGens), mapped onto the plan model.
-std::shared_ptr<LoadedPlan> loadNnScalerPair(const QString& logicalPath, const QString& parallelPath, QString* error,
-                                             std::size_t maxWrittenOutOps = kMaxWrittenOutOps, const LayoutControl* control = nullptr);
+/// The same for a pair: nnScaler plans (pickled ModuleCodeGens, one parallel file) or PyTorch graphs
+/// (one file per rank, with an optional relations file), mapped onto the plan model.
+std::shared_ptr<LoadedPlan> loadPair(const QString& logicalPath, const QStringList& parallelPaths, const QString& relationsPath, QString* error,
+                                     std::size_t maxWrittenOutOps = kMaxWrittenOutOps, const LayoutControl* control = nullptr);
 /// The same for a plan already opened (generated, or with a bug injected).
 /// Two plans to compare (a plan and its twin), drawn with the same options and placed in one
 /// layout of their union (placeTwins), with the ops that differ between the plans drawn.
@@ -84,7 +85,10 @@ public:
     /// Opens a plan in the background; emits planLoaded or loadFailed.
     void openPlan(const QString& path);
     /// Opens a pair of nnScaler plans (a logical plan and a parallel plan of it) in the background.
-    void openNnScalerPair(const QString& logicalPath, const QString& parallelPath);
+    void openNnScalerPair(const QString& logicalPath, const QString& parallelPath) { openPair(logicalPath, {parallelPath}); }
+    /// Opens a pair in the background: nnScaler plans, or a single-device PyTorch graph and one
+    /// graph per rank (with an optional relations file).
+    void openPair(const QString& logicalPath, const QStringList& parallelPaths, const QString& relationsPath = {});
     PlanScene* scene() const { return scene_; }
     /// The pane drawing the parallel graph (both graphs in one-canvas mode).
     GraphView* view() const;
@@ -281,7 +285,12 @@ private:
     void keepInView();
     int revealSteps_ = 0;  ///< options of the newest re-layout not yet shown
     QString currentPath_;
-    QString currentLogical_;  ///< non-empty when the plan on screen is an nnScaler pair
+    QString currentLogical_;  ///< non-empty when the plan on screen is a pair (nnScaler plans or PyTorch graphs)
+    QStringList currentRanks_;  ///< a pair of PyTorch programs: the ranks' graphs
+    QString currentRelations_;  ///< and its relations file, if any
+    QString pendingRelations_;  ///< the relations file of the pair being opened
+    /// Opens the pair on screen again (Reload, Remove Bug).
+    void reopenPair();
     bool dark_ = false;
 
     VerificationController* verifier_ = nullptr;

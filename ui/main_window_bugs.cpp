@@ -23,7 +23,7 @@ void MainWindow::buildBugMenu() {
         if (dlg.exec() == QDialog::Accepted && !dlg.bug().isEmpty()) injectBug(dlg.bug(), dlg.options());
     })->setObjectName(QStringLiteral("injectBug"));
     removeBugAction_ = menu->addAction(tr("&Remove Bug"), this, [this] {
-        if (!currentLogical_.isEmpty()) openNnScalerPair(currentLogical_, currentPath_);
+        if (!currentLogical_.isEmpty()) reopenPair();
         else if (!currentPath_.isEmpty()) openPlan(currentPath_);
     });
     compareOriginalAction_ = menu->addAction(tr("&Compare with Original"), this, [this] { compareWithOriginal(); });

@@ -48,8 +48,14 @@ struct LoadedPlan {
     const std::shared_ptr<const bugs::Mutant>& mutant() const { return opened->mutant; }
     /// The plan file (a pair of nnScaler plans: the parallel plan's).
     QString path() const { return QString::fromStdString(opened->source.path); }
-    /// A pair of nnScaler plans: the logical plan's file; empty otherwise.
+    /// A pair (nnScaler plans, or PyTorch graphs): the logical side's file; empty otherwise.
     QString logicalPath() const { return QString::fromStdString(opened->source.logicalPath); }
+    /// A pair of PyTorch programs: the ranks' graphs (path() is the first); empty otherwise.
+    QStringList rankPaths() const {
+        QStringList r;
+        for (const auto& p : opened->source.rankPaths) r << QString::fromStdString(p);
+        return r;
+    }
 };
 
 /// Marks that outlive the selection: where verification failed, and what the user focused.

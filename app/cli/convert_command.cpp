@@ -1,4 +1,5 @@
-// trainverify convert: a pair of nnScaler plans mapped onto the plan model, written as a plan file.
+// trainverify convert: a pair of nnScaler plans, or a PyTorch graph and its rank graphs, mapped onto
+// the plan model (with the lineage mapped or inferred), written as a plan file.
 #include <cstdio>
 #include <iostream>
 
@@ -10,14 +11,17 @@
 namespace tv::cli {
 
 int convertCommand(const Args& args) {
-    std::string logicalPath, parallelPath, outPath;
+    std::string logicalPath, outPath, relationsPath;
+    std::vector<std::string> parallelPaths;
     Arguments parser("convert");
     parser.text({"--logical"}, &logicalPath, "--logical needs a file name")
-        .text({"--parallel"}, &parallelPath, "--parallel needs a file name")
+        .list({"--parallel"}, &parallelPaths, "--parallel needs a file name (one per rank for PyTorch graphs)")
+        .text({"--relations"}, &relationsPath, "--relations needs a relations file (.json)")
         .text({"-o", "--output"}, &outPath, "-o needs a file name");
     if (auto problem = parser.parse(args); !problem.empty()) return usageError(problem);
-    if (logicalPath.empty() || parallelPath.empty() || outPath.empty()) return usageError("convert needs --logical Gs.pkl --parallel Gp.pkl -o PLAN.json");
-    const auto opened = tv::session::openNnScalerPair(logicalPath, parallelPath);
+    if (logicalPath.empty() || parallelPaths.empty() || outPath.empty())
+        return usageError("convert needs --logical Gs.pkl --parallel Gp.pkl -o PLAN.json (or --logical G.py --parallel G.r0.py G.r1.py ... -o PLAN.json)");
+    const auto opened = tv::session::openPair(logicalPath, parallelPaths, relationsPath);
     if (!opened.ok()) {
         std::cerr << tv::reportToText(opened.refusal);
         return tv::exitCode(opened.refusal.verdict);
