@@ -12,14 +12,7 @@ PairLoad loadPair(const std::string& logicalPath, const std::string& parallelPat
     auto t0 = std::chrono::steady_clock::now();
     PairLoad l;
     auto fail = [&](Verdict v, FailureKind kind, const std::string& msg) {
-        l.report = VerifyReport{};
-        l.report.verdict = v;
-        Failure f;
-        f.kind = kind;
-        f.message = msg;
-        l.report.failure = f;
-        l.report.failures = {f};
-        if (v == Verdict::Invalid) l.report.problems.push_back(PlanProblem{"", msg});
+        l.report = reportWithoutPlan(v, kind, msg);
         l.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         return std::move(l);
     };

@@ -101,15 +101,10 @@ OpenResult openPair(const std::string& logicalPath, const std::vector<std::strin
     if (parallelPaths.size() != 1 || !relationsPath.empty()) {
         OpenResult r;
         r.source = {parallelPaths.empty() ? std::string() : parallelPaths[0], logicalPath, {}};
-        r.refusal.verdict = Verdict::Invalid;
-        Failure f;
-        f.kind = FailureKind::InvalidPlan;
-        f.message = !relationsPath.empty() ? std::string("--relations is for PyTorch graphs (.py or .gpickle); nnScaler plans carry their own")
-                                           : "an nnScaler pair is one logical plan and one parallel plan (" + std::to_string(parallelPaths.size()) +
-                                                 " parallel files given; one file per rank is for PyTorch graphs, .py or .gpickle)";
-        r.refusal.failure = f;
-        r.refusal.failures = {f};
-        r.refusal.problems.push_back(PlanProblem{"", f.message});
+        r.refusal = reportWithoutPlan(Verdict::Invalid, FailureKind::InvalidPlan,
+                                      !relationsPath.empty() ? std::string("--relations is for PyTorch graphs (.py or .gpickle); nnScaler plans carry their own")
+                                                             : "an nnScaler pair is one logical plan and one parallel plan (" + std::to_string(parallelPaths.size()) +
+                                                                   " parallel files given; one file per rank is for PyTorch graphs, .py or .gpickle)");
         return r;
     }
     return openNnScalerPair(logicalPath, parallelPaths[0]);

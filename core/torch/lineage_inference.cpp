@@ -373,6 +373,7 @@ bool LineageInference::elementwise(const LoweredOp& l, const LoweredOp& p, std::
     std::vector<bool> fixed(os.size(), false);
     for (std::size_t i = 0; i < ins.size(); ++i) {
         const auto& is = lshape(l.inputs[i]);
+        if (is.size() > os.size() || ins[i]->dims.size() != is.size()) return false;
         const auto off = os.size() - is.size();
         for (std::size_t d = 0; d < is.size(); ++d) {
             if (is[d] == 1 && os[d + off] != 1) continue;  // broadcast
@@ -459,6 +460,7 @@ bool LineageInference::transfer(const LoweredOp& l, const LoweredOp& p, std::vec
     } else if (k == "expand") {
         const auto& is = lshape(l.inputs[0]);
         const auto& os = lshape(lout);
+        if (is.size() > os.size()) return false;
         auto dims = wholeDims(os);
         const auto off = os.size() - is.size();
         for (std::size_t d = 0; d < is.size(); ++d)
@@ -508,6 +510,7 @@ bool LineageInference::transfer(const LoweredOp& l, const LoweredOp& p, std::vec
         if (l.attrs.value("transpose_a", false) || l.attrs.value("transpose_b", false)) return false;
         const auto& b = *ins[1];
         const auto ra = in.dims.size(), rb = b.dims.size();
+        if (ra < 2 || rb < 2 || (rb > 2 && rb != ra)) return false;
         // a [.., M, K] · b [K, N] or [.., K, N]
         if (in.dims[ra - 1] != b.dims[rb - 2]) return false;
         if (rb > 2)
@@ -582,12 +585,12 @@ bool LineageInference::transfer(const LoweredOp& l, const LoweredOp& p, std::vec
             for (std::size_t d = 0; d < ins[i]->dims.size(); ++d)
                 if (!ins[i]->full(d)) return false;
         }
-        if (in.kind != K::Exact || !in.coeff.isOne() || !in.full(in.dims.size() - 1)) return false;
+        if (in.dims.empty() || in.kind != K::Exact || !in.coeff.isOne() || !in.full(in.dims.size() - 1)) return false;
         set(out, like(in, lout, in.dims));
     } else if (k == "embedding") {
         // (ids, weight): the ids exact; the weight's rows a vocabulary part, its columns any.
         const auto* w = ins[1];
-        if (in.kind != K::Exact || !w || w->kind != K::Exact || !w->plain(0)) return false;
+        if (in.kind != K::Exact || !w || w->kind != K::Exact || w->dims.size() != 2 || !w->plain(0)) return false;
         const auto V = lshape(l.inputs[1])[0];
         auto dims = in.dims;
         dims.push_back(w->dims[1]);
@@ -607,6 +610,7 @@ bool LineageInference::transfer(const LoweredOp& l, const LoweredOp& p, std::vec
         set(out, r);
     } else if (k == "target_logit") {
         const auto* y = ins[1];
+        if (in.dims.empty()) return false;
         const auto last = in.dims.size() - 1;
         if (in.kind != K::Exact || !y || y->kind != K::Exact || !in.plain(last)) return false;
         std::vector<FactoredDim> dims(in.dims.begin(), in.dims.end() - 1);

@@ -901,6 +901,18 @@ private:
         none("an index_put outside Megatron's vocabulary idioms");
     }
 
+    /// A gather from `table` by masked ids, waiting for the rows of other parts to be zeroed.
+    static Val gatherPending(Val::K kind, int table, const Val& ids) {
+        Val v;
+        v.k = kind;
+        v.w = table;
+        v.ids = ids.ids;
+        v.s = ids.s;
+        v.e = ids.e;
+        v.shape = ids.shape;
+        return v;
+    }
+
     Val lowerIndex() {
         auto x = argVal(0, "self");
         const auto* idx = arg(1, "indices");
@@ -912,30 +924,13 @@ private:
             const auto& i = valOf(idx->items[0]);
             if (i.k == Val::K::Unsupported) throw Propagated(i.why);
             if (i.k == Val::K::Tensor && T(i.t).isInt) return tensor(emit("embedding", {i.t, x.t}, resultShape(), false));  // weight[ids]
-            if (i.k == Val::K::MaskedIds && i.e - i.s == xs[0]) {
-                Val v;
-                v.k = Val::K::PendingEmbedding;
-                v.w = x.t;
-                v.ids = i.ids;
-                v.s = i.s;
-                v.e = i.e;
-                v.shape = i.shape;
-                return v;
-            }
+            if (i.k == Val::K::MaskedIds && i.e - i.s == xs[0]) return gatherPending(Val::K::PendingEmbedding, x.t, i);
         }
         if (idx->items.size() == 2 && xs.size() == 2) {
             const auto& r = valOf(idx->items[0]);
             const auto& c = valOf(idx->items[1]);
-            if (r.k == Val::K::Arange && r.n == xs[0] && c.k == Val::K::MaskedIds && c.e - c.s == xs[1] && c.shape.size() == 1 && c.shape[0] == xs[0]) {
-                Val v;
-                v.k = Val::K::PendingTarget;
-                v.w = x.t;
-                v.ids = c.ids;
-                v.s = c.s;
-                v.e = c.e;
-                v.shape = c.shape;
-                return v;
-            }
+            if (r.k == Val::K::Arange && r.n == xs[0] && c.k == Val::K::MaskedIds && c.e - c.s == xs[1] && c.shape.size() == 1 && c.shape[0] == xs[0])
+                return gatherPending(Val::K::PendingTarget, x.t, c);
         }
         none("indexing other than a table lookup or Megatron's vocabulary idioms");
     }

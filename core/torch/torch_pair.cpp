@@ -182,18 +182,30 @@ std::string applyRelations(const std::string& path, const LoweredProgram& L, con
 
 }  // namespace
 
+namespace {
+TorchPairLoad loadTorchPairUnguarded(const std::string& logicalPath, const std::vector<std::string>& parallelPaths, const std::string& relationsPath);
+}
+
 TorchPairLoad loadTorchPair(const std::string& logicalPath, const std::vector<std::string>& parallelPaths, const std::string& relationsPath) {
+    // Whatever the graphs hold, an answer: a value of a type or size nothing expected is refused
+    // as what it is, naming the files, never a crash.
+    try {
+        return loadTorchPairUnguarded(logicalPath, parallelPaths, relationsPath);
+    } catch (const std::exception& e) {
+        TorchPairLoad out;
+        out.report = reportWithoutPlan(Verdict::Invalid, FailureKind::InvalidPlan,
+                                       "cannot lower and relate " + logicalPath + " and its " + std::to_string(parallelPaths.size()) +
+                                           " rank graphs: a value the graphs should not hold (" + e.what() + ")");
+        return out;
+    }
+}
+
+namespace {
+TorchPairLoad loadTorchPairUnguarded(const std::string& logicalPath, const std::vector<std::string>& parallelPaths, const std::string& relationsPath) {
     const auto t0 = std::chrono::steady_clock::now();
     TorchPairLoad out;
     auto fail = [&](Verdict v, FailureKind kind, const std::string& msg) {
-        out.report = VerifyReport{};
-        out.report.verdict = v;
-        Failure f;
-        f.kind = kind;
-        f.message = msg;
-        out.report.failure = f;
-        out.report.failures = {f};
-        if (v == Verdict::Invalid) out.report.problems.push_back(PlanProblem{"", msg});
+        out.report = reportWithoutPlan(v, kind, msg);
         out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         return std::move(out);
     };
@@ -484,5 +496,7 @@ TorchPairLoad loadTorchPair(const std::string& logicalPath, const std::vector<st
     out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return out;
 }
+
+}  // namespace
 
 }  // namespace tv::torch

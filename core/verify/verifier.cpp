@@ -538,6 +538,18 @@ VerifyReport invalidReport(std::vector<PlanProblem> problems) {
     return r;
 }
 
+VerifyReport reportWithoutPlan(Verdict v, FailureKind kind, const std::string& message) {
+    VerifyReport r;
+    r.verdict = v;
+    Failure f;
+    f.kind = kind;
+    f.message = message;
+    r.failure = f;
+    r.failures = {f};
+    if (v == Verdict::Invalid) r.problems.push_back(PlanProblem{"", message});
+    return r;
+}
+
 nlohmann::json reportToJson(const VerifyReport& r) {
     nlohmann::json j;
     j["verdict"] = toString(r.verdict);

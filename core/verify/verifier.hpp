@@ -158,6 +158,10 @@ VerifyReport verifyPlan(const Plan& plan, const VerifyOptions& opts = {});
 
 /// A report for a plan that failed to load.
 VerifyReport invalidReport(std::vector<PlanProblem> problems);
+/// The report of an input that yields no plan to verify (unreadable files, an operator without
+/// semantics, a defect found while mapping): the verdict and one failure saying why; INVALID
+/// also lists the message as a problem.
+VerifyReport reportWithoutPlan(Verdict v, FailureKind kind, const std::string& message);
 
 nlohmann::json reportToJson(const VerifyReport& report);
 /// The summary line (starts with the headline) followed by the diagnosis.
