@@ -1,6 +1,7 @@
 // The trainverify command line as CI uses it: verdict lines, exit codes, JSON reports, errors.
 #include <QtTest>
 
+#include <QDir>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
@@ -316,6 +317,47 @@ private slots:
         auto r = trainverify({"verify", "--logical", dir + "1step/fw.g0.r0.py", "--parallel", tmp.filePath("fw.g0.r0.py"), "--relations",
                               QStringLiteral(TV_SOURCE_DIR "/resources/torch-relations/grad-accumulation.json")});
         QVERIFY2(r.exitCode == 0, qPrintable(r.out));
+    }
+
+    // Small graphs that once made the loader wrong or crash (tests/data/torch-hostile/expected.json
+    // says why each is there): each gets its verdict and says why, never a crash.
+    void torchPairHostileGraphs_data() {
+        QTest::addColumn<QJsonObject>("c");
+        QFile f(QStringLiteral(TV_SOURCE_DIR "/tests/data/torch-hostile/expected.json"));
+        QVERIFY(f.open(QIODevice::ReadOnly));
+        for (const auto& c : QJsonDocument::fromJson(f.readAll()).object()["cases"].toArray())
+            QTest::newRow(qPrintable(c.toObject()["dir"].toString())) << c.toObject();
+    }
+    void torchPairHostileGraphs() {
+        QFETCH(QJsonObject, c);
+        const QDir dir(QStringLiteral(TV_SOURCE_DIR "/tests/data/torch-hostile/") + c["dir"].toString());
+        QStringList args{"verify", "--logical", dir.filePath("single.g0.r0.py"), "--parallel"};
+        for (const auto& f : dir.entryList({"fw.g0.r*.py"}, QDir::Files, QDir::Name)) args << dir.filePath(f);
+        auto r = trainverify(args);
+        QVERIFY2(r.exitCode == c["exit"].toInt(), qPrintable(QString("exit %1: ").arg(r.exitCode) + r.out + r.err));
+        QVERIFY2(r.out.contains(c["says"].toString()), qPrintable(r.out));
+    }
+
+    // Megatron's row zeroing made to accumulate (index_put accumulate=True) is not the
+    // vocabulary idiom: the rows of other parts would not be zeroed.
+    void accumulatingIndexPutIsNotTheIdiom() {
+        const QString dir = QStringLiteral(TV_SOURCE_DIR "/resources/torch-graphs/gpt/");
+        QTemporaryDir tmp;
+        QStringList files;
+        for (int r = 0; r < 2; ++r) {
+            QFile in(dir + QString("paral2_layer1/fw.g0.r%1.py").arg(r));
+            QVERIFY(in.open(QIODevice::ReadOnly));
+            auto text = QString::fromUtf8(in.readAll());
+            const QString from = "aten.index_put.default(slice_1, [bitwise_or], lift_fresh_copy_1)";
+            QVERIFY(text.contains(from));
+            text.replace(from, "aten.index_put.default(slice_1, [bitwise_or], lift_fresh_copy_1, True)");
+            files << tmp.filePath(QString("fw.g0.r%1.py").arg(r));
+            QFile out(files.back());
+            QVERIFY(out.open(QIODevice::WriteOnly));
+            out.write(text.toUtf8());
+        }
+        auto r = trainverify(QStringList{"verify", "--logical", dir + "paral1_layer1/fw.g0.r0.py", "--parallel"} + files);
+        QVERIFY2(r.exitCode == 2 && r.out.contains("an index_put that accumulates"), qPrintable(r.out));
     }
 
     // Bugs put into Megatron's own TP 2 graphs (GPT, 1 layer) are NOT EQUIVALENT, named at the op

@@ -192,10 +192,13 @@ void LineageInference::relateInputs() {
     const auto& lin = L_.inputs.at(0);
     for (int r = 0; r < P_.ranks; ++r) {
         const auto& pin = P_.inputs.at(static_cast<std::size_t>(r));
-        if (pin.size() != lin.size())
+        if (pin.size() != lin.size()) {
+            // Positions mean nothing once the lists differ: a relations file places these inputs.
             notes.push_back("rank " + std::to_string(r) + " takes " + std::to_string(pin.size()) + " inputs and the single device " + std::to_string(lin.size()) +
-                            ": inputs are matched by position only where both have one");
-        for (std::size_t i = 0; i < std::min(pin.size(), lin.size()); ++i) {
+                            ": no input is matched by position (a relations file places them)");
+            continue;
+        }
+        for (std::size_t i = 0; i < pin.size(); ++i) {
             if (lin[i] < 0 || pin[i] < 0) continue;
             if (auto rel = byShape(lin[i], pin[i], r)) rel_[static_cast<std::size_t>(pin[i])] = *rel;
         }
@@ -228,6 +231,12 @@ void LineageInference::relateRemainingMasks() {
     std::map<std::string, int> logicalMasks;
     for (std::size_t t = 0; t < L_.tensors.size(); ++t)
         if (L_.tensors[t].dropoutMask) logicalMasks[L_.tensors[t].name] = static_cast<int>(t);
+    // Names line up only when every rank has as many dropouts as the single device.
+    std::vector<std::size_t> perRank(static_cast<std::size_t>(P_.ranks), 0);
+    for (const auto& t : P_.tensors)
+        if (t.dropoutMask && t.rank >= 0 && t.rank < P_.ranks) ++perRank[static_cast<std::size_t>(t.rank)];
+    for (auto n : perRank)
+        if (n != logicalMasks.size()) return;
     for (std::size_t t = 0; t < P_.tensors.size(); ++t) {
         const auto& pt = P_.tensors[t];
         if (!pt.dropoutMask || rel_[t]) continue;
@@ -670,8 +679,9 @@ void LineageInference::collective(const LoweredOp& op) {
     }
     const auto& a = *ins[0];
     for (const auto* r : ins)
-        if (r->logical != a.logical) return;
+        if (r->logical != a.logical || r->dims.size() != a.dims.size()) return;
     const auto n = static_cast<std::int64_t>(op.group.size());
+    if (a.dims.empty() && (op.kind == "all_gather" || op.kind == "reduce_scatter")) return;
     if (op.kind == "all_reduce") {
         const auto reduce = op.attrs.value("reduce", std::string("sum"));
         for (const auto* r : ins)

@@ -67,6 +67,19 @@ std::optional<Rational> rationalOf(const Value& v) {
 
 bool isIntType(DType d) { return d == DType::I8 || d == DType::I16 || d == DType::I32 || d == DType::I64 || d == DType::U8; }
 
+/// Value classes a cast keeps values within.
+enum class ValueClass : std::uint8_t { Floating, Integer, Boolean };
+ValueClass valueClass(DType d) { return d == DType::Bool ? ValueClass::Boolean : isIntType(d) ? ValueClass::Integer : ValueClass::Floating; }
+const char* className(ValueClass c) { return c == ValueClass::Boolean ? "boolean" : c == ValueClass::Integer ? "integer" : "floating-point"; }
+
+/// An in-place ATen overload (`aten.masked_fill_.Scalar`, `aten.copy_.default`); logging hooks
+/// that change nothing are not.
+bool inPlace(const std::string& target) {
+    if (target.rfind("aten.", 0) != 0) return false;
+    const auto dot = target.find('.', 5);
+    return dot != std::string::npos && dot > 5 && target[dot - 1] == '_' && target.compare(5, 1, "_") != 0;
+}
+
 class Lowerer {
 public:
     Lowerer(LoweredProgram& out, const RankSet& set, bool parallel) : p_(out), set_(set), parallel_(parallel) {}
@@ -250,6 +263,11 @@ private:
         return v;
     }
     const LoweredTensor& T(int t) const { return p_.tensors[static_cast<std::size_t>(t)]; }
+    /// The dtype a node's annotation gives (float when it has none).
+    DType typeOf(int node) const {
+        const auto& n = g_->nodes[static_cast<std::size_t>(node)];
+        return n.type ? n.type->dtype : DType::F32;
+    }
 
     // --- arguments ---------------------------------------------------------------------------
     const Value* arg(std::size_t i, std::string_view key = {}) const {
@@ -373,6 +391,14 @@ private:
             return false;
         };
         if (auto c = collectiveCall(*g_, n)) return lowerCollective(*c);
+        if (inPlace(f)) {
+            // An in-place ATen call changes `self` for every later reader: neither its result nor
+            // `self` has a value the lowering can follow.
+            const auto* self = arg(0, "self");
+            Val v = unsupported("an in-place call (functionalise the graph: capture through AOTAutograd)");
+            if (self && self->isNode()) vals_[static_cast<std::size_t>(self->node)] = v;
+            return v;
+        }
         if (is({"_c10d_functional.wait_tensor.default"})) return alias(tensorArg(0, "tensor"));
         if (is({"aten.detach.default", "aten.alias.default", "aten.lift_fresh_copy.default", "aten.clone.default", "aten.contiguous.default",
                 "tg.log_tensor.default", "tg.inplace_log_tensor.default"})) {
@@ -384,16 +410,19 @@ private:
         if (is({"aten._to_copy.default"})) {
             auto v = argVal(0, "self");
             if (v.k != Val::K::Tensor) return v.k == Val::K::Unsupported ? v : unsupported("a cast of " + describeKind(v.k));
-            bool toInt = resultIsInt();
-            if (toInt != T(v.t).isInt) none("a cast between integer and floating-point values");
-            return alias(v.t);  // float casts: values are exact reals (docs/soundness.md)
+            // Within a class (floating, integer, boolean) a cast keeps the value: floats are exact
+            // reals (docs/soundness.md). Across classes it does not (truncation, x != 0).
+            const auto from = valueClass(cur().args.empty() || !cur().args[0].isNode() ? DType::F32 : typeOf(cur().args[0].node));
+            const auto to = cur().type ? valueClass(cur().type->dtype) : from;
+            if (from != to) none("a cast between " + std::string(className(from)) + " and " + className(to) + " values");
+            return alias(v.t);
         }
         if (is({"aten.empty.memory_format", "aten.empty_like.default", "aten.new_empty_strided.default", "aten.empty.default"})) {
             Val v;
             v.k = Val::K::Undefined;
             return v;
         }
-        if (is({"aten.copy.default", "aten.copy_.default"})) {
+        if (is({"aten.copy.default"})) {
             auto dst = argVal(0, "self");
             int src = tensorArg(1, "src");
             const auto& shape = resultShape();
@@ -439,11 +468,16 @@ private:
         if (is({"aten.addmm.default", "aten.baddbmm.default"})) return lowerAddMatmul();
         if (is({"aten.add.Tensor", "aten.sub.Tensor"})) return lowerAddSub(f == "aten.sub.Tensor");
         if (is({"aten.rsub.Scalar"})) {
+            // other − alpha·self
             int x = tensorArg(0, "self");
             auto s = argVal(1, "other");
+            auto alpha = argVal(2, "alpha");
             if (s.k != Val::K::Number) none("rsub of something that is not a number");
-            int neg = emit("neg", {x}, T(x).shape, false, json::object(), "neg");
-            return tensor(emit("add_scalar", {neg}, resultShape(), false, {{"value", rat(s.num)}}));
+            if (alpha.k != Val::K::None && alpha.k != Val::K::Number) none("an alpha that is not a number");
+            const Rational a = alpha.k == Val::K::Number ? alpha.num : Rational(1);
+            int scaled = a.isOne() ? emit("neg", {x}, T(x).shape, false, json::object(), "neg")
+                                   : emit("mul_scalar", {x}, T(x).shape, false, {{"value", rat(-a)}}, "scaled");
+            return tensor(emit("add_scalar", {scaled}, resultShape(), false, {{"value", rat(s.num)}}));
         }
         if (is({"aten.mul.Tensor", "aten.mul.Scalar", "aten.div.Tensor", "aten.div.Scalar"})) return lowerMulDiv(f.rfind("aten.div", 0) == 0);
         if (is({"aten.neg.default", "aten.exp.default", "aten.log.default", "aten.sqrt.default", "aten.rsqrt.default", "aten.tanh.default",
@@ -482,6 +516,7 @@ private:
         if (is({"aten.sum.dim_IntList", "aten.sum.default", "aten.mean.dim", "aten.mean.default"})) return lowerReduce(f.rfind("aten.mean", 0) == 0, f.find(".default") != std::string::npos);
         if (is({"aten.max.dim"})) {
             int x = tensorArg(0, "self");
+            if (T(x).shape.empty()) none("a maximum along a dim of a scalar");
             auto d = normDim(intArg(1, "dim", 0), T(x).shape.size());
             bool keep = false;
             if (const auto* k = arg(2, "keepdim"); k && k->kind == Value::Kind::Bool) keep = k->b;
@@ -517,7 +552,7 @@ private:
             t.items.push_back(tensor(mask));
             return t;
         }
-        if (is({"aten.masked_fill.Scalar", "aten.masked_fill_.Scalar"})) {
+        if (is({"aten.masked_fill.Scalar"})) {
             int x = tensorArg(0, "self");
             int m = tensorArg(1, "mask");
             auto v = argVal(2, "value");
@@ -578,7 +613,7 @@ private:
         }
         if (is({"aten.bitwise_or.Tensor"})) {
             auto a = argVal(0, "self"), b = argVal(1, "other");
-            if (a.k == Val::K::IdsBelow && b.k == Val::K::IdsAtOrAbove && a.ids == b.ids && a.s <= b.s) {
+            if (a.k == Val::K::IdsBelow && b.k == Val::K::IdsAtOrAbove && a.ids == b.ids && a.s < b.s) {
                 Val v;
                 v.k = Val::K::IdsOutOfRange;
                 v.ids = a.ids;
@@ -588,7 +623,7 @@ private:
             }
             none("a boolean operation outside Megatron's vocabulary-range idiom");
         }
-        if (is({"aten.index_put.default", "aten.index_put_.default"})) return lowerIndexPut();
+        if (is({"aten.index_put.default"})) return lowerIndexPut();
         if (is({"aten.index.Tensor"})) return lowerIndex();
         if (is({"aten.arange.start", "aten.arange.default", "aten.arange.start_step"})) {
             std::int64_t start = 0, end = 0;
@@ -612,7 +647,7 @@ private:
         // (`masked_input[input_mask] = 0`) names it when it is a literal.
         const auto& n = cur();
         if (n.source >= 0) {
-            static const std::regex assign(R"(\]\s*=\s*(-?[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?)\s*$)");
+            static const std::regex assign(R"(\]\s*=\s*(-?[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?)\s*(#.*)?$)");
             std::smatch m;
             const auto& code = g_->sources[static_cast<std::size_t>(n.source)].code;
             if (std::regex_search(code, m, assign)) {
@@ -664,6 +699,7 @@ private:
         if (v.k != Val::K::Tensor) none("a slice of " + describeKind(v.k));
         int x = v.t;
         const auto& s = T(x).shape;
+        if (s.empty()) none("a slice of a scalar");
         auto d = normDim(dim, s.size());
         auto size = s[static_cast<std::size_t>(d)];
         if (start < 0) start += size;
@@ -683,6 +719,7 @@ private:
         auto end = intArg(4, "end", kFullEnd, false);
         if (intArg(5, "step", 1, false) != 1) none("a slice_scatter with a step");
         const auto& shape = resultShape();
+        if (shape.empty()) none("a slice_scatter into a scalar");
         auto d = normDim(dim, shape.size());
         auto size = shape[static_cast<std::size_t>(d)];
         if (start < 0) start += size;
@@ -706,6 +743,7 @@ private:
     Val lowerSplit(bool bySize) {
         int x = tensorArg(0, "self");
         const auto& s = T(x).shape;
+        if (s.empty()) none("a split of a scalar");
         auto d = normDim(intArg(2, "dim", 0, false), s.size());
         auto total = s[static_cast<std::size_t>(d)];
         std::vector<std::int64_t> sizes;
@@ -867,6 +905,8 @@ private:
         const auto* idx = arg(1, "indices");
         auto value = argVal(2, "values");
         if (!idx || !idx->isList() || idx->items.size() != 1) none("an index_put with other than one index");
+        if (const auto* acc = arg(3, "accumulate"); acc && !(acc->kind == Value::Kind::Bool && !acc->b) && acc->kind != Value::Kind::None)
+            none("an index_put that accumulates");
         const auto& mask = valOf(idx->items[0]);
         if (base.k == Val::K::Unsupported) return base;
         if (value.k == Val::K::Unsupported) return value;
@@ -936,6 +976,7 @@ private:
     }
 
     json vocabPart(std::int64_t s, std::int64_t width) const {
+        if (width < 1) none("an empty vocabulary part");
         if (s % width != 0) none("a vocabulary range starting at " + std::to_string(s) + ", not a multiple of its width " + std::to_string(width));
         const auto index = s / width;
         if (!parallel_ && index == 0) return json::object();
@@ -948,6 +989,7 @@ private:
     Val finishEmbedding(const Val& v) {
         const auto width = T(v.w).shape[0];
         int ids = v.ids;
+        if (T(ids).shape != v.shape) ids = emit("view", {ids}, v.shape, true, json::object(), "ids");
         return tensor(emit("embedding", {ids, v.w}, resultShape(), false, vocabPart(v.s, width)));
     }
 
@@ -1053,11 +1095,11 @@ LoweredProgram lowerParallel(const RankSet& set) {
             break;
         case Collective::Kind::Broadcast: {
             op.kind = "broadcast";
-            // c10d's source is a rank of the group; our broadcast sends from group[0].
-            auto src = std::find(op.group.begin(), op.group.end(), c.source);
-            if (src == op.group.end()) op.kind.clear();
+            // c10d's source is the group-local rank (the process group's root, as the rank set
+            // checks it); our broadcast sends from group[0].
+            if (c.source < 0 || static_cast<std::size_t>(c.source) >= op.group.size()) op.kind.clear();
             else {
-                auto k = static_cast<std::size_t>(src - op.group.begin());
+                auto k = static_cast<std::size_t>(c.source);
                 std::rotate(op.group.begin(), op.group.begin() + static_cast<std::ptrdiff_t>(k), op.group.end());
                 std::rotate(op.inputs.begin(), op.inputs.begin() + static_cast<std::ptrdiff_t>(k), op.inputs.end());
                 std::rotate(op.outputs.begin(), op.outputs.begin() + static_cast<std::ptrdiff_t>(k), op.outputs.end());

@@ -103,7 +103,7 @@ namespace {
 
 /// Reads a relations file onto the inferred input relations. Returns the problem ("FILE: /inputs/2/part: ...") or "".
 std::string applyRelations(const std::string& path, const LoweredProgram& L, const LoweredProgram& P, std::vector<std::optional<Relation>>& rel,
-                           std::vector<std::string>& notes) {
+                           std::vector<std::string>& notes, int& results) {
     std::ifstream f(path);
     if (!f) return path + ": cannot open file";
     json doc;
@@ -117,7 +117,12 @@ std::string applyRelations(const std::string& path, const LoweredProgram& L, con
     if (doc.value("format", std::string()) != "trainverify-torch-relations") return at("/format", "must be \"trainverify-torch-relations\"");
     if (!doc.contains("version") || doc["version"] != 1) return at("/version", "must be 1");
     for (const auto& [key, v] : doc.items())
-        if (key != "format" && key != "version" && key != "about" && key != "inputs") return at("/" + key, "unknown key");
+        if (key != "format" && key != "version" && key != "about" && key != "inputs" && key != "results") return at("/" + key, "unknown key");
+    if (doc.contains("results")) {
+        if (!doc["results"].is_number_integer() || doc["results"].get<std::int64_t>() < 0 || doc["results"].get<std::int64_t>() > 1'000'000)
+            return at("/results", "must be how many leading outputs are results (a whole number)");
+        results = doc["results"].get<int>();
+    }
     if (!doc.contains("inputs") || !doc["inputs"].is_array()) return at("/inputs", "must be an array");
     auto inputNamed = [](const LoweredProgram& prog, int rank, const std::string& name) -> int {
         for (int t : prog.inputs.at(static_cast<std::size_t>(rank)))
@@ -234,14 +239,16 @@ TorchPairLoad loadTorchPairUnguarded(const std::string& logicalPath, const std::
     for (auto& o : P.ops) {
         if (!o.attrs.contains("parts")) continue;
         const auto width = o.kind == "embedding" ? P.tensors[static_cast<std::size_t>(o.inputs[1])].shape[0] : P.tensors[static_cast<std::size_t>(o.inputs[0])].shape.back();
+        if (width < 1) continue;  // refused by the lowering already
         const auto need = (vocab + width - 1) / width;
         if (o.attrs["parts"].get<std::int64_t>() < need) o.attrs["parts"] = need;
     }
 
     LineageInference inf(L, P);
     inf.relateInputs();
+    int results = -1;
     if (!relationsPath.empty())
-        if (auto problem = applyRelations(relationsPath, L, P, inf.relations(), out.notes); !problem.empty())
+        if (auto problem = applyRelations(relationsPath, L, P, inf.relations(), out.notes, results); !problem.empty())
             return fail(Verdict::Invalid, FailureKind::InvalidPlan, problem);
     inf.run();
     inf.relateRemainingMasks();
@@ -260,28 +267,56 @@ TorchPairLoad loadTorchPairUnguarded(const std::string& logicalPath, const std::
     }
     for (auto& n : inf.notes) out.notes.push_back(n);
 
-    // Required results: the outputs both sides return at the same position (for AOTAutograd's
-    // forward graphs, whose lists end with tensors saved for the backward, the leading ones named alike).
+    // Required results: the outputs both sides return at the same position. AOTAutograd's forward
+    // graphs end with tensors saved for the backward, which differ between the two programs: there
+    // (and only there) the results are the leading outputs named alike on every side, unless the
+    // relations file says how many there are. Anywhere else a position one side lacks is unchecked.
     const auto& lout = L.outputs.at(0);
+    std::string inconclusive;
+    auto note = [&](const std::string& why) {
+        if (inconclusive.empty()) inconclusive = why;
+    };
     std::size_t required = lout.size();
-    for (const auto& po : P.outputs) {
-        if (po.size() == lout.size()) continue;
-        std::size_t k = 0;
-        while (k < po.size() && k < lout.size() && po[k].node == lout[k].node) ++k;
-        required = std::min(required, k);
+    bool countsDiffer = false;
+    for (const auto& po : P.outputs) countsDiffer = countsDiffer || po.size() != lout.size();
+    if (results >= 0) {
+        required = static_cast<std::size_t>(results);
+        for (std::size_t r = 0; r < P.outputs.size(); ++r)
+            if (P.outputs[r].size() < required || lout.size() < required) {
+                note("the relations file says the first " + std::to_string(results) + " outputs are results, but " +
+                     (lout.size() < required ? std::string("the single device") : "rank " + std::to_string(r)) + " returns fewer");
+                out.unchecked.push_back("the outputs past what every side returns");
+                required = std::min({required, lout.size(), P.outputs[r].size()});
+            }
+    } else if (countsDiffer) {
+        std::size_t shortest = lout.size();
+        for (const auto& po : P.outputs) shortest = std::min(shortest, po.size());
+        if (set.logical.phase == "fw") {
+            for (const auto& po : P.outputs) {
+                std::size_t k = 0;
+                while (k < po.size() && k < lout.size() && po[k].node == lout[k].node) ++k;
+                required = std::min(required, k);
+            }
+            out.notes.push_back("forward graphs: the single device returns " + std::to_string(lout.size()) +
+                                " tensors and the ranks a different number: the first " + std::to_string(required) +
+                                " (named alike on every side) are the results checked; the rest are taken to be tensors saved for the backward "
+                                "(a relations file's \"results\" says how many results there are)");
+        } else {
+            required = shortest;
+            note("the single device returns " + std::to_string(lout.size()) + " outputs and a rank another number: the positions past " +
+                 std::to_string(shortest) + " cannot be compared");
+            out.unchecked.push_back("outputs " + std::to_string(shortest) + " and after");
+        }
     }
-    if (required < lout.size())
-        out.notes.push_back("the single device returns " + std::to_string(lout.size()) + " tensors and the ranks a different number: the first " + std::to_string(required) +
-                            " (named alike on every side) are the results checked; the rest are tensors saved for the backward");
 
     struct Claim {
         int logical;
         std::vector<int> parallel;
         std::vector<Relation> rels;
+        std::string what;
     };
     std::vector<Claim> claims;
-    std::set<int> claimedLogical;
-    std::string inconclusive;
+    std::map<int, std::size_t> claimOf;  // logical tensor -> its claim
     for (std::size_t i = 0; i < required; ++i) {
         const auto& lo = lout[i];
         if (lo.node.empty()) continue;
@@ -295,57 +330,79 @@ TorchPairLoad loadTorchPairUnguarded(const std::string& logicalPath, const std::
                 out.outputs.push_back(what + ": the same constant (" + lo.constantCall + ") on every rank");
                 continue;
             }
-            const auto& u = L.unsupported[static_cast<std::size_t>(lo.unsupported)];
-            if (inconclusive.empty()) inconclusive = "cannot verify " + what + " yet: " + u.describe(L.sources);
+            if (lo.unsupported >= 0) note("cannot verify " + what + " yet: " + L.unsupported[static_cast<std::size_t>(lo.unsupported)].describe(L.sources));
+            else note("cannot verify " + what + ": the single device's value is not a tensor");
             out.unchecked.push_back(what);
             continue;
         }
-        if (L.tensors[static_cast<std::size_t>(lo.tensor)].producer < 0) {
-            out.outputs.push_back(what + ": an input, returned as given");
-            continue;
-        }
-        if (!claimedLogical.insert(lo.tensor).second) continue;
-        Claim c;
-        c.logical = lo.tensor;
+        const bool logicalInput = L.tensors[static_cast<std::size_t>(lo.tensor)].producer < 0;
+        const auto& ls = L.tensors[static_cast<std::size_t>(lo.tensor)].shape;
+        std::vector<int> ts;
+        std::vector<Relation> rs;
         bool ok = true;
+        int given = 0;
         for (int r = 0; r < P.ranks && ok; ++r) {
             const auto& po = P.outputs[static_cast<std::size_t>(r)][i];
             if (po.tensor < 0) {
-                const auto& u = P.unsupported[static_cast<std::size_t>(po.unsupported)];
-                if (inconclusive.empty()) inconclusive = "cannot verify " + what + " yet: " + u.describe(P.sources);
+                if (po.unsupported >= 0 && static_cast<std::size_t>(po.unsupported) < P.unsupported.size())
+                    note("cannot verify " + what + " yet: " + P.unsupported[static_cast<std::size_t>(po.unsupported)].describe(P.sources));
+                else note("cannot verify " + what + ": rank " + std::to_string(r) + " returns no tensor there");
+                ok = false;
+                break;
+            }
+            const auto& inferred = rel[static_cast<std::size_t>(po.tensor)];
+            const bool holdsWhole = inferred && inferred->logical == lo.tensor && inferred->kind == Relation::Kind::Exact && inferred->coeff.isOne() && inferred->allPlain();
+            if (P.tensors[static_cast<std::size_t>(po.tensor)].producer < 0) {
+                // A rank's input returned: what it holds is assumed, so it must be what is asked for.
+                if (logicalInput && holdsWhole) {
+                    ++given;
+                    continue;
+                }
+                note("cannot verify " + what + ": rank " + std::to_string(r) + " returns its input " + P.tensors[static_cast<std::size_t>(po.tensor)].name +
+                     ", which is not known to hold " + L.tensors[static_cast<std::size_t>(lo.tensor)].name);
                 ok = false;
                 break;
             }
             Relation want;
-            const auto& inferred = rel[static_cast<std::size_t>(po.tensor)];
-            const auto& ls = L.tensors[static_cast<std::size_t>(lo.tensor)].shape;
-            if (inferred && inferred->logical == lo.tensor && inferred->kind == Relation::Kind::Exact && inferred->coeff.isOne() && inferred->allPlain()) {
+            if (holdsWhole) {
                 want = *inferred;
             } else if (P.tensors[static_cast<std::size_t>(po.tensor)].shape == ls) {
                 want.logical = lo.tensor;  // the whole result, as a replica
                 want.dims = wholeDims(ls);
             } else {
-                if (inconclusive.empty())
-                    inconclusive = "cannot tell which part of " + what + " rank " + std::to_string(r) + "'s " + P.tensors[static_cast<std::size_t>(po.tensor)].name +
-                                   " holds (its shape differs and no relation was inferred)";
+                note("cannot tell which part of " + what + " rank " + std::to_string(r) + "'s " + P.tensors[static_cast<std::size_t>(po.tensor)].name +
+                     " holds (its shape differs and no relation was inferred)");
                 ok = false;
                 break;
             }
-            c.parallel.push_back(po.tensor);
-            c.rels.push_back(want);
+            ts.push_back(po.tensor);
+            rs.push_back(want);
         }
         if (!ok) {
             out.unchecked.push_back(what);
             continue;
         }
+        if (ts.empty()) {
+            out.outputs.push_back(what + ": an input, returned as given on every rank");
+            continue;
+        }
+        auto [it, fresh] = claimOf.try_emplace(lo.tensor, claims.size());
+        if (fresh) claims.push_back(Claim{lo.tensor, {}, {}, what});
+        auto& c = claims[it->second];
+        for (std::size_t k = 0; k < ts.size(); ++k) {
+            // The same tensor returned twice is one copy; another tensor is another copy to prove.
+            if (std::find(c.parallel.begin(), c.parallel.end(), ts[k]) != c.parallel.end()) continue;
+            c.parallel.push_back(ts[k]);
+            c.rels.push_back(rs[k]);
+        }
         std::string how;
-        for (std::size_t r = 0; r < c.parallel.size(); ++r) {
-            const auto& inferred = rel[static_cast<std::size_t>(c.parallel[r])];
-            how += (r ? ", " : "") + std::string("rank ") + std::to_string(r) + ": " +
+        for (std::size_t k = 0; k < ts.size(); ++k) {
+            const auto& inferred = rel[static_cast<std::size_t>(ts[k])];
+            how += (k ? ", " : "") + P.tensors[static_cast<std::size_t>(ts[k])].name + ": " +
                    (inferred && inferred->logical == lo.tensor ? describeRelation(*inferred, L) : "not related by inference");
         }
-        out.outputs.push_back(what + ": required whole on every rank; inferred " + how);
-        claims.push_back(std::move(c));
+        out.outputs.push_back(what + ": required whole on every rank" + (given ? " (" + std::to_string(given) + " ranks return it as given)" : std::string()) +
+                              "; inferred " + how);
     }
     if (claims.empty()) {
         if (!inconclusive.empty()) return fail(Verdict::Inconclusive, FailureKind::UnsupportedOperator, inconclusive + " (supported operators: docs/torch-graphs.md)");
@@ -437,7 +494,7 @@ TorchPairLoad loadTorchPairUnguarded(const std::string& logicalPath, const std::
     for (const auto& c : claims) {
         if (!writeRecord(c.logical, c.parallel, c.rels)) {
             return fail(Verdict::Inconclusive, FailureKind::Inconclusive,
-                        "the parallel results of " + L.tensors[static_cast<std::size_t>(c.logical)].name + " do not tile it: cannot state what to prove");
+                        "the parallel results of " + c.what + " do not tile " + L.tensors[static_cast<std::size_t>(c.logical)].name + ": cannot state what to prove");
         }
     }
     std::map<std::pair<int, std::string>, std::pair<std::vector<int>, std::vector<Relation>>> groups;
