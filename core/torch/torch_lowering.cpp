@@ -4,7 +4,9 @@
 #include <charconv>
 #include <map>
 #include <numeric>
-#include <regex>
+#include <optional>
+#include <string_view>
+#include <cctype>
 #include <set>
 
 #include "model/rational.hpp"
@@ -66,6 +68,39 @@ std::optional<Rational> rationalOf(const Value& v) {
 }
 
 bool isIntType(DType d) { return d == DType::I8 || d == DType::I16 || d == DType::I32 || d == DType::I64 || d == DType::U8; }
+
+/// The number a statement `...] = NUMBER` (an optional `# comment` after it) assigns, if it is one.
+std::optional<std::string> assignedLiteral(std::string_view code) {
+    if (auto hash = code.find('#'); hash != std::string_view::npos) code = code.substr(0, hash);
+    while (!code.empty() && std::isspace(static_cast<unsigned char>(code.back()))) code.remove_suffix(1);
+    const auto eq = code.rfind('=');
+    if (eq == std::string_view::npos || eq == 0) return std::nullopt;
+    auto lhs = code.substr(0, eq);
+    while (!lhs.empty() && std::isspace(static_cast<unsigned char>(lhs.back()))) lhs.remove_suffix(1);
+    if (lhs.empty() || lhs.back() != ']') return std::nullopt;  // an item assignment, not `==` or `x = 0`
+    auto rhs = code.substr(eq + 1);
+    while (!rhs.empty() && std::isspace(static_cast<unsigned char>(rhs.front()))) rhs.remove_prefix(1);
+    // -?DIGITS(.DIGITS*)?([eE][-+]?DIGITS)?
+    std::size_t i = 0;
+    if (i < rhs.size() && rhs[i] == '-') ++i;
+    const auto digitsFrom = [&](std::size_t at) {
+        std::size_t k = at;
+        while (k < rhs.size() && std::isdigit(static_cast<unsigned char>(rhs[k]))) ++k;
+        return k;
+    };
+    auto j = digitsFrom(i);
+    if (j == i) return std::nullopt;
+    if (j < rhs.size() && rhs[j] == '.') j = digitsFrom(j + 1);
+    if (j < rhs.size() && (rhs[j] == 'e' || rhs[j] == 'E')) {
+        auto k = j + 1;
+        if (k < rhs.size() && (rhs[k] == '-' || rhs[k] == '+')) ++k;
+        const auto end = digitsFrom(k);
+        if (end == k) return std::nullopt;
+        j = end;
+    }
+    if (j != rhs.size()) return std::nullopt;
+    return std::string(rhs);
+}
 
 /// Value classes a cast keeps values within.
 enum class ValueClass : std::uint8_t { Floating, Integer, Boolean };
@@ -647,15 +682,12 @@ private:
         // (`masked_input[input_mask] = 0`) names it when it is a literal.
         const auto& n = cur();
         if (n.source >= 0) {
-            static const std::regex assign(R"(\]\s*=\s*(-?[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?)\s*(#.*)?$)");
-            std::smatch m;
-            const auto& code = g_->sources[static_cast<std::size_t>(n.source)].code;
-            if (std::regex_search(code, m, assign)) {
-                if (auto r = Rational::parse(m[1].str())) {
+            if (auto literal = assignedLiteral(g_->sources[static_cast<std::size_t>(n.source)].code)) {
+                if (auto r = Rational::parse(*literal)) {
                     Val v;
                     v.k = Val::K::Number;
                     v.num = *r;
-                    v.integral = m[2].str().empty() && m[3].str().empty();
+                    v.integral = literal->find_first_of(".eE") == std::string::npos;
                     return v;
                 }
             }
