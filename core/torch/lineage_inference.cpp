@@ -424,9 +424,12 @@ bool LineageInference::elementwise(const LoweredOp& l, const LoweredOp& p, std::
         r.coeff = ins[1]->coeff;
     } else if (k == "mul_scalar") {
         // p' = v_p·p and L' = v_l·L with L = c·p give L' = (c·v_l/v_p)·p'.
-        auto vl = Rational::parse(l.attrs["value"].is_string() ? l.attrs["value"].get<std::string>() : l.attrs["value"].dump());
-        auto vp = Rational::parse(p.attrs["value"].is_string() ? p.attrs["value"].get<std::string>() : p.attrs["value"].dump());
-        if (p.kind != "mul_scalar" || !vl || !vp || vp->isZero()) return false;
+        // (A near match pairs it with another elementwise op, which has no factor: no relation.)
+        if (p.kind != "mul_scalar" || !l.attrs.contains("value") || !p.attrs.contains("value")) return false;
+        const auto text = [](const nlohmann::json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
+        auto vl = Rational::parse(text(l.attrs.at("value")));
+        auto vp = Rational::parse(text(p.attrs.at("value")));
+        if (!vl || !vp || vp->isZero()) return false;
         try {
             r.coeff = ins[0]->coeff * *vl / *vp;
         } catch (const RationalOverflow&) {
@@ -458,13 +461,13 @@ bool LineageInference::transfer(const LoweredOp& l, const LoweredOp& p, std::vec
         if (!d) return false;
         set(out, like(in, lout, *d));
     } else if (k == "transpose") {
-        auto d0 = l.attrs["dim0"].get<std::size_t>(), d1 = l.attrs["dim1"].get<std::size_t>();
+        auto d0 = l.attrs.at("dim0").get<std::size_t>(), d1 = l.attrs.at("dim1").get<std::size_t>();
         auto dims = in.dims;
         std::swap(dims[d0], dims[d1]);
         set(out, like(in, lout, dims));
     } else if (k == "permute") {
         std::vector<FactoredDim> dims;
-        for (auto d : l.attrs["dims"].get<std::vector<std::size_t>>()) dims.push_back(in.dims[d]);
+        for (auto d : l.attrs.at("dims").get<std::vector<std::size_t>>()) dims.push_back(in.dims[d]);
         set(out, like(in, lout, dims));
     } else if (k == "expand") {
         const auto& is = lshape(l.inputs[0]);
@@ -476,19 +479,19 @@ bool LineageInference::transfer(const LoweredOp& l, const LoweredOp& p, std::vec
             if (!(is[d] == 1 && os[d + off] != 1)) dims[d + off] = in.dims[d];
         set(out, like(in, lout, dims));
     } else if (k == "slice") {
-        auto d = l.attrs["dim"].get<std::size_t>();
+        auto d = l.attrs.at("dim").get<std::size_t>();
         if (!in.plain(d)) return false;
-        auto s = l.attrs["start"].get<std::int64_t>(), e = l.attrs["end"].get<std::int64_t>();
-        auto ps = p.attrs["start"].get<std::int64_t>(), pe = p.attrs["end"].get<std::int64_t>();
+        auto s = l.attrs.at("start").get<std::int64_t>(), e = l.attrs.at("end").get<std::int64_t>();
+        auto ps = p.attrs.at("start").get<std::int64_t>(), pe = p.attrs.at("end").get<std::int64_t>();
         const auto lo = in.lo(d) + ps - s, hi = in.lo(d) + pe - s;
         if (lo < 0 || hi > e - s) return false;
         auto dims = in.dims;
         dims[d] = {Factor{e - s, lo, hi}};
         set(out, like(in, lout, dims));
     } else if (k == "split") {
-        auto d = l.attrs["dim"].get<std::size_t>();
+        auto d = l.attrs.at("dim").get<std::size_t>();
         if (!in.plain(d)) return false;
-        auto ls = l.attrs["sizes"].get<Dims>(), ps = p.attrs["sizes"].get<Dims>();
+        auto ls = l.attrs.at("sizes").get<Dims>(), ps = p.attrs.at("sizes").get<Dims>();
         if (ls.size() != ps.size()) return false;
         std::int64_t loff = 0, poff = 0;
         for (std::size_t j = 0; j < ls.size(); ++j) {
@@ -504,7 +507,7 @@ bool LineageInference::transfer(const LoweredOp& l, const LoweredOp& p, std::vec
         }
         return rel_[static_cast<std::size_t>(out)].has_value();
     } else if (k == "concat") {
-        auto d = l.attrs["dim"].get<std::size_t>();
+        auto d = l.attrs.at("dim").get<std::size_t>();
         for (std::size_t i = 0; i < ins.size(); ++i) {
             const auto* r = ins[i];
             if (!r || r->kind != in.kind || r->coeff != in.coeff || r->pieces != in.pieces || !r->full(d)) return false;
@@ -540,7 +543,7 @@ bool LineageInference::transfer(const LoweredOp& l, const LoweredOp& p, std::vec
     } else if (k == "sum" || k == "mean") {
         const auto& is = lshape(l.inputs[0]);
         std::vector<std::size_t> reduced;
-        if (l.attrs.contains("dims")) reduced = l.attrs["dims"].get<std::vector<std::size_t>>();
+        if (l.attrs.contains("dims")) reduced = l.attrs.at("dims").get<std::vector<std::size_t>>();
         else
             for (std::size_t d = 0; d < is.size(); ++d) reduced.push_back(d);
         const bool keep = l.attrs.value("keepdim", false);
@@ -568,7 +571,7 @@ bool LineageInference::transfer(const LoweredOp& l, const LoweredOp& p, std::vec
         set(out, r);
     } else if (k == "max") {
         if (in.kind != K::Exact || !in.coeff.isOne()) return false;
-        auto d = l.attrs["dim"].get<std::size_t>();
+        auto d = l.attrs.at("dim").get<std::size_t>();
         const bool keep = l.attrs.value("keepdim", false);
         auto dims = in.dims;
         if (keep) dims[d] = {Factor{1, 0, 1}};
@@ -581,11 +584,11 @@ bool LineageInference::transfer(const LoweredOp& l, const LoweredOp& p, std::vec
         }
         set(out, r);
     } else if (k == "softmax") {
-        auto d = l.attrs["dim"].get<std::size_t>();
+        auto d = l.attrs.at("dim").get<std::size_t>();
         if (in.kind != K::Exact || !in.coeff.isOne() || !in.full(d)) return false;
         set(out, like(in, lout, in.dims));
     } else if (k == "softmax_backward") {
-        auto d = l.attrs["dim"].get<std::size_t>();
+        auto d = l.attrs.at("dim").get<std::size_t>();
         if (!ins[1] || in.kind != K::Exact || ins[1]->kind != K::Exact || !in.coeff.isOne() || in.dims != ins[1]->dims || !in.full(d)) return false;
         set(out, like(*ins[1], lout, in.dims));
     } else if (k == "layernorm" || k == "rmsnorm") {
@@ -609,7 +612,7 @@ bool LineageInference::transfer(const LoweredOp& l, const LoweredOp& p, std::vec
         r.coeff = w->coeff;
         if (p.attrs.contains("parts")) {
             const auto width = pshape(p.inputs[1])[0];
-            const auto index = p.attrs["index"].get<std::int64_t>();
+            const auto index = p.attrs.at("index").get<std::int64_t>();
             if (w->lo(0) != index * width || w->hi(0) != (index + 1) * width) return false;
             r.kind = K::Partial;
             r.pieces = {Piece{"vocabulary " + l.name, w->lo(0), w->hi(0), V}};
@@ -631,7 +634,7 @@ bool LineageInference::transfer(const LoweredOp& l, const LoweredOp& p, std::vec
         r.coeff = in.coeff;
         if (p.attrs.contains("parts")) {
             const auto width = pshape(p.inputs[0]).back();
-            const auto index = p.attrs["index"].get<std::int64_t>();
+            const auto index = p.attrs.at("index").get<std::int64_t>();
             if (in.lo(last) != index * width || in.hi(last) != (index + 1) * width) return false;
             r.kind = K::Partial;
             r.pieces = {Piece{"vocabulary " + l.name, in.lo(last), in.hi(last), C}};
@@ -650,17 +653,17 @@ bool LineageInference::parallelOnly(const LoweredOp& op, const std::vector<const
     if (ins.empty() || !ins[0] || ins[0]->kind != Relation::Kind::Exact) return false;
     const auto& in = *ins[0];
     if (op.kind == "slice") {
-        auto d = op.attrs["dim"].get<std::size_t>();
+        auto d = op.attrs.at("dim").get<std::size_t>();
         if (!in.plain(d)) return false;
         auto dims = in.dims;
-        dims[d] = {Factor{in.dims[d][0].size, in.lo(d) + op.attrs["start"].get<std::int64_t>(), in.lo(d) + op.attrs["end"].get<std::int64_t>()}};
+        dims[d] = {Factor{in.dims[d][0].size, in.lo(d) + op.attrs.at("start").get<std::int64_t>(), in.lo(d) + op.attrs.at("end").get<std::int64_t>()}};
         set(op.outputs[0], like(in, in.logical, dims));
     } else if (op.kind == "split") {
-        auto d = op.attrs["dim"].get<std::size_t>();
+        auto d = op.attrs.at("dim").get<std::size_t>();
         if (!in.plain(d)) return false;
         std::int64_t at = in.lo(d);
         for (std::size_t j = 0; j < op.outputs.size(); ++j) {
-            const auto size = op.attrs["sizes"][j].get<std::int64_t>();
+            const auto size = op.attrs.at("sizes")[j].get<std::int64_t>();
             auto dims = in.dims;
             dims[d] = {Factor{in.dims[d][0].size, at, at + size}};
             at += size;
