@@ -229,6 +229,26 @@ private slots:
     // PyTorch graphs verify from the command line, one file per rank after --parallel: every
     // bundled pair gets the verdict resources/torch-graphs/expected.json gives it, a NOT
     // EQUIVALENT at the op and framework line it names; a pair still pending is never EQUIVALENT.
+    /// The two rank graphs of a TP 2 folder written to `tmp`, the ranks named in `ranks` ("0", "1",
+    /// "01") with `from` replaced by `to` (which must occur).
+    static QStringList editedRanks(const QString& folder, const QTemporaryDir& tmp, const QString& ranks, const QString& from, const QString& to) {
+        QStringList files;
+        for (int r = 0; r < 2; ++r) {
+            QFile in(folder + QString("fw.g0.r%1.py").arg(r));
+            if (!in.open(QIODevice::ReadOnly)) QTest::qFail(qPrintable("cannot read " + in.fileName()), __FILE__, __LINE__);
+            auto text = QString::fromUtf8(in.readAll());
+            if (ranks.contains(QString::number(r))) {
+                if (!text.contains(from)) QTest::qFail(qPrintable("not in rank " + QString::number(r) + "'s graph: " + from), __FILE__, __LINE__);
+                text.replace(from, to);
+            }
+            files << tmp.filePath(QString("fw.g0.r%1.py").arg(r));
+            QFile out(files.back());
+            if (!out.open(QIODevice::WriteOnly)) QTest::qFail(qPrintable("cannot write " + out.fileName()), __FILE__, __LINE__);
+            out.write(text.toUtf8());
+        }
+        return files;
+    }
+
     void verifyTorchPair_data() {
         QTest::addColumn<QJsonObject>("pair");
         QFile f(QStringLiteral(TV_SOURCE_DIR "/resources/torch-graphs/expected.json"));
@@ -289,6 +309,20 @@ private slots:
             {R"({"format": "trainverify-torch-relations", "version": 1, "inputs": [{"parallel": "arg3_1", "logical": "arg3_1", "part": [[0, 5]]}]})", "the part is [5] but rank 0's arg3_1 is [4]"},
             {R"({"format": "trainverify-torch-relations", "version": 1, "inputs": [{"parallel": "arg3_1", "logical": "arg3_1", "rank": 3}]})", "/inputs/0/rank: must be a rank from 0 to 0"},
             {R"({"format": "trainverify-torch-relations", "version": 1, "inputs": [], "extra": 1})", "/extra: unknown key"},
+            // An input made of pieces of the single device's (a fused projection).
+            {R"({"format": "trainverify-torch-relations", "version": 1, "inputs": [{"parallel": "arg3_1", "logical": "arg3_1", "pieces": [[0, 4]]}]})",
+             "/inputs/0/dim: \"pieces\" and \"dim\" go together"},
+            {R"({"format": "trainverify-torch-relations", "version": 1, "inputs": [{"parallel": "arg3_1", "logical": "arg3_1", "dim": 1, "pieces": [[0, 4]]}]})",
+             "/inputs/0/dim: must be a dim of [8]"},
+            {R"({"format": "trainverify-torch-relations", "version": 1, "inputs": [{"parallel": "arg3_1", "logical": "arg3_1", "dim": 0, "pieces": [[0, 2], [6, 9]]}]})",
+             "/inputs/0/pieces/1: is not a range inside 0..8"},
+            {R"({"format": "trainverify-torch-relations", "version": 1, "inputs": [{"parallel": "arg3_1", "logical": "arg3_1", "dim": 0, "pieces": [[0, 2], [6, 7]]}]})",
+             "/inputs/0/pieces: the pieces make [3] but rank 0's arg3_1 is [4]"},
+            {R"({"format": "trainverify-torch-relations", "version": 1, "inputs": [{"parallel": "arg3_1", "logical": "arg3_1", "dim": 0, "pieces": [[0, 2], [6, 8]], "part": [[0, 4]]}]})",
+             "/inputs/0/part: an input is either a part or pieces, not both"},
+            {R"({"format": "trainverify-torch-relations", "version": 1, "inputs": [{"parallel": "arg3_1", "logical": "arg3_1", "dim": 0, "pieces": [[0, 2], [6, 8]]},
+                                                                                   {"parallel": "arg3_1", "logical": "arg3_1", "dim": 0, "pieces": [[0, 4]]}]})",
+             "/inputs/1: rank 0's arg3_1 is already declared as pieces"},
         };
         for (const auto& [text, message] : relations) {
             write("r.json", text);
@@ -321,18 +355,27 @@ private slots:
 
     // Small graphs that once made the loader wrong or crash (tests/data/torch-hostile/expected.json
     // says why each is there): each gets its verdict and says why, never a crash.
-    void torchPairHostileGraphs_data() {
+    // Small graphs written here: ones that once gave a wrong EQUIVALENT or a crash
+    // (torch-hostile), and fused projections made of pieces (torch-pieces).
+    void torchPairSmallGraphs_data() {
+        QTest::addColumn<QString>("set");
         QTest::addColumn<QJsonObject>("c");
-        QFile f(QStringLiteral(TV_SOURCE_DIR "/tests/data/torch-hostile/expected.json"));
-        QVERIFY(f.open(QIODevice::ReadOnly));
-        for (const auto& c : QJsonDocument::fromJson(f.readAll()).object()["cases"].toArray())
-            QTest::newRow(qPrintable(c.toObject()["dir"].toString())) << c.toObject();
+        for (const QString set : {"torch-hostile", "torch-pieces"}) {
+            QFile f(QStringLiteral(TV_SOURCE_DIR "/tests/data/") + set + "/expected.json");
+            QVERIFY(f.open(QIODevice::ReadOnly));
+            for (const auto& c : QJsonDocument::fromJson(f.readAll()).object()["cases"].toArray()) {
+                const auto o = c.toObject();
+                QTest::newRow(qPrintable(set + "/" + o["dir"].toString() + (o.contains("relations") ? " " + o["relations"].toString() : QString()))) << set << o;
+            }
+        }
     }
-    void torchPairHostileGraphs() {
+    void torchPairSmallGraphs() {
+        QFETCH(QString, set);
         QFETCH(QJsonObject, c);
-        const QDir dir(QStringLiteral(TV_SOURCE_DIR "/tests/data/torch-hostile/") + c["dir"].toString());
+        const QDir dir(QStringLiteral(TV_SOURCE_DIR "/tests/data/") + set + "/" + c["dir"].toString());
         QStringList args{"verify", "--logical", dir.filePath("single.g0.r0.py"), "--parallel"};
         for (const auto& f : dir.entryList({"fw.g0.r*.py"}, QDir::Files, QDir::Name)) args << dir.filePath(f);
+        if (c.contains("relations")) args << "--relations" << dir.filePath(c["relations"].toString());
         auto r = trainverify(args);
         QVERIFY2(r.exitCode == c["exit"].toInt(), qPrintable(QString("exit %1: ").arg(r.exitCode) + r.out + r.err));
         QVERIFY2(r.out.contains(c["says"].toString()), qPrintable(r.out));
@@ -343,66 +386,58 @@ private slots:
     void accumulatingIndexPutIsNotTheIdiom() {
         const QString dir = QStringLiteral(TV_SOURCE_DIR "/resources/torch-graphs/gpt/");
         QTemporaryDir tmp;
-        QStringList files;
-        for (int r = 0; r < 2; ++r) {
-            QFile in(dir + QString("paral2_layer1/fw.g0.r%1.py").arg(r));
-            QVERIFY(in.open(QIODevice::ReadOnly));
-            auto text = QString::fromUtf8(in.readAll());
-            const QString from = "aten.index_put.default(slice_1, [bitwise_or], lift_fresh_copy_1)";
-            QVERIFY(text.contains(from));
-            text.replace(from, "aten.index_put.default(slice_1, [bitwise_or], lift_fresh_copy_1, True)");
-            files << tmp.filePath(QString("fw.g0.r%1.py").arg(r));
-            QFile out(files.back());
-            QVERIFY(out.open(QIODevice::WriteOnly));
-            out.write(text.toUtf8());
-        }
+        const auto files = editedRanks(dir + "paral2_layer1/", tmp, "01", "aten.index_put.default(slice_1, [bitwise_or], lift_fresh_copy_1)",
+                                       "aten.index_put.default(slice_1, [bitwise_or], lift_fresh_copy_1, True)");
         auto r = trainverify(QStringList{"verify", "--logical", dir + "paral1_layer1/fw.g0.r0.py", "--parallel"} + files);
         QVERIFY2(r.exitCode == 2 && r.out.contains("an index_put that accumulates"), qPrintable(r.out));
     }
 
-    // Bugs put into Megatron's own TP 2 graphs (GPT, 1 layer) are NOT EQUIVALENT, named at the op
-    // where the result first goes wrong, with its framework line; the unchanged pair is EQUIVALENT.
+    // Bugs put into Megatron's own TP 2 graphs (GPT, 1 layer) and vLLM's (Qwen2, 1 layer) are NOT
+    // EQUIVALENT, named at the op where the result first goes wrong, with its framework line; the
+    // unchanged pairs are EQUIVALENT.
     void torchPairBugsAreCaught_data() {
+        QTest::addColumn<QString>("model");  // "gpt" or "qwen2"
         QTest::addColumn<QString>("ranks");  // which rank files change: "0", "1" or "01"
         QTest::addColumn<QString>("from");
         QTest::addColumn<QString>("to");
         QTest::addColumn<QString>("op");      // the op the diagnosis names ("" for the unchanged pair)
         QTest::addColumn<QString>("source");  // and its framework line
-        QTest::newRow("unchanged") << "" << "" << "" << "" << "";
+        QTest::newRow("gpt unchanged") << "gpt" << "" << "" << "" << "" << "";
         // A scale is followed (a later op may undo it) up to the first op that cannot pass it on.
-        QTest::newRow("attention scale") << "0" << "alpha = 0.17677669529663687" << "alpha = 0.2" << "masked_fill.diff@r0" << "utils.py:36";
-        QTest::newRow("dropout probability") << "1" << "native_dropout.default(add_2, 0.1, True)" << "native_dropout.default(add_2, 0.2, True)"
-                                             << "native_dropout_2@r1" << "fused_bias_dropout.py:32";
-        QTest::newRow("activation") << "01" << "aten.gelu.default(add_4)" << "aten.silu.default(add_4)" << "gelu@r0" << "mlp.py:125";
-        QTest::newRow("layer norm epsilon") << "1" << "[768], 1e-05)" << "[768], 1e-06)" << "fused_layer_norm_affine_fwd@r1" << "custom_ops.py";
-        QTest::newRow("mask fill") << "01" << "-10000.0)" << "-1000.0)" << "masked_fill.diff@r0" << "utils.py:36";
-        QTest::newRow("loss operands") << "01" << "sub.Tensor(log, view_32)" << "sub.Tensor(view_32, log)" << "div_1@r0" << "simple_gpt.py:99";
-        QTest::newRow("bias not added") << "01" << "add.Tensor(copy_1, primals_7)" << "add.Tensor(copy_1, copy_1)" << "div_1@r" << "simple_gpt.py:99";
-        QTest::newRow("loss mask ignored") << "01" << "mul.Tensor(view_34, view_33)" << "mul.Tensor(view_34, view_34)" << "div_1@r" << "simple_gpt.py:99";
+        QTest::newRow("gpt attention scale") << "gpt" << "0" << "alpha = 0.17677669529663687" << "alpha = 0.2" << "masked_fill.diff@r0" << "utils.py:36";
+        QTest::newRow("gpt dropout probability") << "gpt" << "1" << "native_dropout.default(add_2, 0.1, True)" << "native_dropout.default(add_2, 0.2, True)"
+                                                 << "native_dropout_2@r1" << "fused_bias_dropout.py:32";
+        QTest::newRow("gpt activation") << "gpt" << "01" << "aten.gelu.default(add_4)" << "aten.silu.default(add_4)" << "gelu@r0" << "mlp.py:125";
+        QTest::newRow("gpt layer norm epsilon") << "gpt" << "1" << "[768], 1e-05)" << "[768], 1e-06)" << "fused_layer_norm_affine_fwd@r1" << "custom_ops.py";
+        QTest::newRow("gpt mask fill") << "gpt" << "01" << "-10000.0)" << "-1000.0)" << "masked_fill.diff@r0" << "utils.py:36";
+        QTest::newRow("gpt loss operands") << "gpt" << "01" << "sub.Tensor(log, view_32)" << "sub.Tensor(view_32, log)" << "div_1@r0" << "simple_gpt.py:99";
+        QTest::newRow("gpt bias not added") << "gpt" << "01" << "add.Tensor(copy_1, primals_7)" << "add.Tensor(copy_1, copy_1)" << "div_1@r" << "simple_gpt.py:99";
+        QTest::newRow("gpt loss mask ignored") << "gpt" << "01" << "mul.Tensor(view_34, view_33)" << "mul.Tensor(view_34, view_34)" << "mul@r" << "simple_gpt.py:99";
+        QTest::newRow("qwen2 unchanged") << "qwen2" << "" << "" << "" << "" << "";
+        QTest::newRow("qwen2 rms norm epsilon") << "qwen2" << "1" << "epsilon = 1e-06);  all_reduce_1" << "epsilon = 1e-05);  all_reduce_1"
+                                                << "auto_functionalized_3.rms_norm@r1" << "_custom_ops.py:158";
+        QTest::newRow("qwen2 residual") << "qwen2" << "1" << "input = all_reduce_1, residual = all_reduce," << "input = all_reduce_1, residual = all_reduce_1,"
+                                        << "auto_functionalized_3.residual@r1" << "_custom_ops.py:158";
+        QTest::newRow("qwen2 rotary positions") << "qwen2" << "0" << "positions = arg6_1, query" << "positions = arg0_1, query" << "auto_functionalized_1.cos_sin@r0"
+                                                << "_custom_ops.py:136";
+        QTest::newRow("qwen2 key not rotated") << "qwen2" << "0" << "slice_scatter.default(slice_scatter, getitem_7, 1, 768, 896)"
+                                               << "slice_scatter.default(slice_scatter, getitem_6, 1, 0, 768)" << "auto_functionalized_2.key.groups@r0" << "layer.py:190";
+        QTest::newRow("qwen2 key and value swapped") << "qwen2" << "1" << "key = view_5, value = view_6" << "key = view_6, value = view_5"
+                                                     << "auto_functionalized_2.key.by_head@r1" << "layer.py:190";
     }
     void torchPairBugsAreCaught() {
+        QFETCH(QString, model);
         QFETCH(QString, ranks);
         QFETCH(QString, from);
         QFETCH(QString, to);
         QFETCH(QString, op);
         QFETCH(QString, source);
-        const QString dir = QStringLiteral(TV_SOURCE_DIR "/resources/torch-graphs/gpt/");
+        const QString dir = QStringLiteral(TV_SOURCE_DIR "/resources/torch-graphs/") + model + "/";
         QTemporaryDir tmp;
-        QStringList files;
-        for (int r = 0; r < 2; ++r) {
-            QFile in(dir + QString("paral2_layer1/fw.g0.r%1.py").arg(r));
-            QVERIFY(in.open(QIODevice::ReadOnly));
-            auto text = QString::fromUtf8(in.readAll());
-            if (ranks.contains(QString::number(r))) {
-                QVERIFY2(text.contains(from), qPrintable(from));
-                text.replace(from, to);
-            }
-            files << tmp.filePath(QString("fw.g0.r%1.py").arg(r));
-            QFile out(files.back());
-            QVERIFY(out.open(QIODevice::WriteOnly));
-            out.write(text.toUtf8());
-        }
-        auto r = trainverify(QStringList{"verify", "--logical", dir + "paral1_layer1/fw.g0.r0.py", "--parallel"} + files + QStringList{"--timeout", "300"});
+        const auto files = editedRanks(dir + "paral2_layer1/", tmp, ranks, from, to);
+        QStringList args = QStringList{"verify", "--logical", dir + "paral1_layer1/fw.g0.r0.py", "--parallel"} + files + QStringList{"--timeout", "300"};
+        if (model == "qwen2") args << "--relations" << QStringLiteral(TV_SOURCE_DIR "/resources/torch-relations/qwen2-tp2.json");
+        auto r = trainverify(args);
         if (op.isEmpty()) {
             QVERIFY2(r.exitCode == 0 && r.out.startsWith("EQUIVALENT"), qPrintable(r.out));
             return;

@@ -67,11 +67,11 @@ std::optional<std::pair<Dims, Dims>> boxOfRange(std::int64_t a, std::int64_t b, 
     return std::nullopt;
 }
 
-bool isLinearUnary(const std::string& k) { return k == "neg" || k == "mul_scalar" || k == "identity"; }
+bool isLinearUnary(const std::string& k) { return k == "neg" || k == "mul_scalar" || k == "div_sqrt" || k == "identity"; }
 bool isElementwise(const std::string& k) {
     static const std::set<std::string> e = {"add", "sub", "mul", "div", "neg", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "silu", "erf",
                                             "gelu", "add_scalar", "mul_scalar", "pow", "dropout", "gelu_backward", "silu_backward", "relu_backward",
-                                            "sigmoid_backward", "tanh_backward", "erf_backward", "identity"};
+                                            "sigmoid_backward", "tanh_backward", "erf_backward", "identity", "div_sqrt"};
     return e.count(k) > 0;
 }
 bool isUnaryBackward(const std::string& k) {
@@ -200,9 +200,26 @@ void LineageInference::relateInputs() {
         }
         for (std::size_t i = 0; i < pin.size(); ++i) {
             if (lin[i] < 0 || pin[i] < 0) continue;
-            if (auto rel = byShape(lin[i], pin[i], r)) rel_[static_cast<std::size_t>(pin[i])] = *rel;
+            if (auto rel = byShape(lin[i], pin[i], r)) {
+                rel_[static_cast<std::size_t>(pin[i])] = *rel;
+                for (std::size_t d = 0; d < rel->dims.size(); ++d)
+                    if (!rel->full(d)) defaults_.push_back({pin[i], L_.tensors[static_cast<std::size_t>(lin[i])].name + " (dim " + std::to_string(d) + ")", *rel});
+            }
         }
     }
+}
+
+std::string LineageInference::defaultShardNote() const {
+    std::vector<std::string> names;
+    for (const auto& [t, label, r] : defaults_) {
+        const auto& now = rel_[static_cast<std::size_t>(t)];
+        if (now && now->logical == r.logical && now->dims == r.dims && std::find(names.begin(), names.end(), label) == names.end()) names.push_back(label);
+    }
+    if (names.empty()) return {};
+    std::string s = "inputs taken to be sharded in rank order by the default rule: ";
+    for (std::size_t k = 0; k < names.size() && k < 12; ++k) s += (k ? ", " : "") + names[k];
+    if (names.size() > 12) s += ", and " + std::to_string(names.size() - 12) + " more";
+    return s + " (an input laid out otherwise, as vLLM's fused QKV and gate/up projections are, needs a relations file)";
 }
 
 std::optional<Relation> LineageInference::byShape(int logical, int parallel, int rank) const {
@@ -227,6 +244,22 @@ std::optional<Relation> LineageInference::byShape(int logical, int parallel, int
     return rel;
 }
 
+void LineageInference::relateRuntimeInputs() {
+    std::map<std::string, int> logical;
+    for (std::size_t t = 0; t < L_.tensors.size(); ++t)
+        if (!L_.tensors[t].runtimeInput.empty()) logical.emplace(L_.tensors[t].runtimeInput, static_cast<int>(t));
+    for (std::size_t t = 0; t < P_.tensors.size(); ++t) {
+        const auto& pt = P_.tensors[t];
+        if (pt.runtimeInput.empty() || rel_[t]) continue;
+        auto it = logical.find(pt.runtimeInput);
+        if (it == logical.end() || L_.tensors[static_cast<std::size_t>(it->second)].shape != pt.shape) continue;
+        Relation r;
+        r.logical = it->second;
+        r.dims = wholeDims(pt.shape);
+        rel_[t] = r;  // the same value on every rank
+    }
+}
+
 void LineageInference::relateRemainingMasks() {
     std::map<std::string, int> logicalMasks;
     for (std::size_t t = 0; t < L_.tensors.size(); ++t)
@@ -247,33 +280,8 @@ void LineageInference::relateRemainingMasks() {
     }
 }
 
-std::vector<int> LineageInference::topoOrder() const {
-    std::vector<int> order;
-    std::vector<char> state(P_.ops.size(), 0);
-    for (std::size_t s = 0; s < P_.ops.size(); ++s) {
-        if (state[s]) continue;
-        std::vector<std::pair<int, std::size_t>> stack{{static_cast<int>(s), 0}};
-        state[s] = 1;
-        while (!stack.empty()) {
-            auto& [op, k] = stack.back();
-            const auto& ins = P_.ops[static_cast<std::size_t>(op)].inputs;
-            if (k < ins.size()) {
-                int prod = P_.tensors[static_cast<std::size_t>(ins[k++])].producer;
-                if (prod >= 0 && !state[static_cast<std::size_t>(prod)]) {
-                    state[static_cast<std::size_t>(prod)] = 1;
-                    stack.push_back({prod, 0});
-                }
-                continue;
-            }
-            order.push_back(op);
-            stack.pop_back();
-        }
-    }
-    return order;
-}
-
 void LineageInference::run() {
-    for (int op : topoOrder()) {
+    for (int op : topologicalOrder(P_)) {
         infer(op);
         const auto& o = P_.ops[static_cast<std::size_t>(op)];
         bool inputsRelated = true, outputsRelated = true;
@@ -310,6 +318,10 @@ void LineageInference::infer(int opIndex) {
             if (!matches(l, op, ins, true)) continue;
             if (transfer(l, op, ins)) return;
         }
+        // The same parts seen in logical tensors that copy them (a split's output, a slice, a
+        // concatenation's input at its offset): a rank's piece of a fused projection meets the op
+        // that reads the single device's split of it.
+        if (copiedMatch(op, ins, first)) return;
         // No op computes the same: an op in the same place that computes otherwise (another
         // attribute, another elementwise function). What its result should hold is claimed; if the
         // program is wrong there, that claim fails at this op, where the diagnosis belongs.
@@ -337,9 +349,105 @@ void LineageInference::infer(int opIndex) {
                 return;
             }
         }
+        // The op of the same name on the single device (the same call of the framework), reading
+        // another tensor than it should (a wrong operand, a missing rotation): what its result
+        // should hold is claimed, the operands taken as what the single device's op reads.
+        claimByName(op, ins);
         return;
     }
     parallelOnly(op, ins);
+}
+
+bool LineageInference::claimByName(const LoweredOp& op, const std::vector<const Relation*>& ins) {
+    if (logicalByName_.empty())
+        for (std::size_t o = 0; o < L_.ops.size(); ++o) logicalByName_.emplace(L_.ops[o].name, static_cast<int>(o));
+    auto base = op.name;
+    if (auto at = base.rfind("@r"); at != std::string::npos) base = base.substr(0, at);
+    auto it = logicalByName_.find(base);
+    if (it == logicalByName_.end()) return false;
+    const auto& l = L_.ops[static_cast<std::size_t>(it->second)];
+    if (l.kind != op.kind || l.inputs.size() != ins.size() || l.outputs.size() != op.outputs.size()) return false;
+    std::vector<Relation> as;
+    as.reserve(ins.size());
+    std::vector<const Relation*> shouldBe;
+    for (std::size_t k = 0; k < ins.size(); ++k) {
+        // Every operand known, and standing for the single device's operand of the same shape.
+        if (!ins[k] || ins[k]->kind == Relation::Kind::PartialMax) return false;
+        if (ins[k]->logical != l.inputs[k] && lshape(ins[k]->logical) != lshape(l.inputs[k])) return false;
+        as.push_back(*ins[k]);
+        as.back().logical = l.inputs[k];
+        as.back().coeff = 1;
+    }
+    for (const auto& r : as) shouldBe.push_back(&r);
+    if (!matches(l, op, shouldBe, true) || !transfer(l, op, shouldBe)) return false;
+    nearMatches.push_back({static_cast<int>(&op - P_.ops.data()), it->second});
+    return true;
+}
+
+std::vector<Relation> LineageInference::copiesOf(const Relation& r) const {
+    // Breadth first over the logical ops that copy a part unchanged, a few steps deep.
+    std::vector<Relation> out = {r};
+    for (std::size_t at = 0; at < out.size() && out.size() < 48; ++at) {
+        const Relation cur = out[at];
+        for (const auto& [lop, pos] : consumers_[static_cast<std::size_t>(cur.logical)]) {
+            const auto& l = L_.ops[static_cast<std::size_t>(lop)];
+            auto add = [&](int logical, std::size_t d, std::int64_t size, std::int64_t lo, std::int64_t hi) {
+                Relation c = cur;
+                c.logical = logical;
+                c.dims[d] = {Factor{size, lo, hi}};
+                for (const auto& o : out)
+                    if (o.logical == c.logical && o.dims == c.dims) return;
+                out.push_back(std::move(c));
+            };
+            if (l.kind != "split" && l.kind != "slice" && l.kind != "concat") continue;
+            const auto d = l.attrs.at("dim").get<std::size_t>();
+            if (d >= cur.dims.size() || !cur.plain(d)) continue;
+            const auto lo = cur.lo(d), hi = cur.hi(d);
+            if (l.kind == "slice") {
+                const auto s = l.attrs.at("start").get<std::int64_t>(), e = l.attrs.at("end").get<std::int64_t>();
+                if (lo >= s && hi <= e) add(l.outputs[0], d, e - s, lo - s, hi - s);
+            } else if (l.kind == "split") {
+                std::int64_t off = 0;
+                const auto sizes = l.attrs.at("sizes").get<Dims>();
+                for (std::size_t j = 0; j < sizes.size() && j < l.outputs.size(); ++j) {
+                    if (lo >= off && hi <= off + sizes[j]) add(l.outputs[j], d, sizes[j], lo - off, hi - off);
+                    off += sizes[j];
+                }
+            } else {
+                std::int64_t off = 0;
+                for (int k = 0; k < pos; ++k) off += lshape(l.inputs[static_cast<std::size_t>(k)])[d];
+                add(l.outputs[0], d, lshape(l.outputs[0])[d], lo + off, hi + off);
+            }
+        }
+    }
+    return out;
+}
+
+bool LineageInference::copiedMatch(const LoweredOp& op, const std::vector<const Relation*>& ins, int first) {
+    std::vector<std::vector<Relation>> copies(ins.size());
+    for (std::size_t k = 0; k < ins.size(); ++k)
+        if (ins[k]) copies[k] = copiesOf(*ins[k]);
+    for (std::size_t c = 0; c < copies[static_cast<std::size_t>(first)].size(); ++c) {
+        const auto& lead = copies[static_cast<std::size_t>(first)][c];
+        for (const auto& [lop, pos] : consumers_[static_cast<std::size_t>(lead.logical)]) {
+            if (pos != first) continue;
+            const auto& l = L_.ops[static_cast<std::size_t>(lop)];
+            if (l.inputs.size() != ins.size()) continue;
+            std::vector<const Relation*> seen(ins.size(), nullptr);
+            for (std::size_t k = 0; k < ins.size(); ++k) {
+                if (!ins[k]) continue;
+                for (const auto& x : copies[k])
+                    if (x.logical == l.inputs[k]) {
+                        seen[k] = &x;
+                        break;
+                    }
+                if (!seen[k]) seen[k] = ins[k];  // no copy there: matches() refuses the op
+            }
+            if (!matches(l, op, seen, true)) continue;
+            if (transfer(l, op, seen)) return true;
+        }
+    }
+    return false;
 }
 
 bool LineageInference::matches(const LoweredOp& l, const LoweredOp& p, const std::vector<const Relation*>& ins, bool exactly) const {

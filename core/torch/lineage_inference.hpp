@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -83,6 +84,12 @@ public:
     /// Dropout masks inference did not reach (a dropout whose input holds no known part): the
     /// single device's mask of the same node, by the input rule (its shape, or split evenly).
     void relateRemainingMasks();
+    /// Inputs the lowering made for what the runtime gives every rank alike (vLLM's attention
+    /// metadata): the single device's input of the same kind, whole.
+    void relateRuntimeInputs();
+    /// Which inputs hold a shard only by the default rule (still, after a relations file): said
+    /// with every verdict, since a framework may lay them out otherwise.
+    std::string defaultShardNote() const;
 
     std::vector<std::optional<Relation>>& relations() { return rel_; }
     std::vector<std::string> notes;
@@ -101,13 +108,24 @@ private:
 
     const Dims& lshape(int t) const { return L_.tensors[static_cast<std::size_t>(t)].shape; }
     const Dims& pshape(int t) const { return P_.tensors[static_cast<std::size_t>(t)].shape; }
-    std::vector<int> topoOrder() const;
     void set(int t, Relation r);
     void infer(int op);
     bool matches(const LoweredOp& l, const LoweredOp& p, const std::vector<const Relation*>& ins, bool exactly) const;
     bool transfer(const LoweredOp& l, const LoweredOp& p, std::vector<const Relation*> ins);
     bool elementwise(const LoweredOp& l, const LoweredOp& p, std::vector<const Relation*> ins);
     bool parallelOnly(const LoweredOp& op, const std::vector<const Relation*>& ins);
+    /// The relation r and the same part in logical tensors that copy it (split outputs, slices,
+    /// concatenations at the input's offset), breadth first.
+    std::vector<Relation> copiesOf(const Relation& r) const;
+    bool copiedMatch(const LoweredOp& op, const std::vector<const Relation*>& ins, int first);
+    bool claimByName(const LoweredOp& op, const std::vector<const Relation*>& ins);
+    std::map<std::string, int> logicalByName_;
+    struct DefaultShard {
+        int tensor;
+        std::string label;
+        Relation relation;
+    };
+    std::vector<DefaultShard> defaults_;
     void collective(const LoweredOp& op);
     std::optional<Relation> byShape(int logical, int parallel, int rank) const;
 };

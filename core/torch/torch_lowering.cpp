@@ -7,6 +7,7 @@
 #include <optional>
 #include <string_view>
 #include <cctype>
+#include <limits>
 #include <set>
 
 #include "model/rational.hpp"
@@ -31,18 +32,20 @@ constexpr std::int64_t kFullEnd = 9223372036854775807LL;  // a slice "to the end
 struct Val {
     enum class K : std::uint8_t {
         None, Tensor, Tuple, Unsupported, Undefined, Number, Constant,
-        IdsBelow, IdsAtOrAbove, IdsOutOfRange, IdsShift, MaskedIds, PendingEmbedding, Arange, PendingTarget, LayerNormStats
+        IdsBelow, IdsAtOrAbove, IdsOutOfRange, IdsShift, MaskedIds, PendingEmbedding, Arange, PendingTarget, LayerNormStats,
+        // vLLM's arithmetic form of the vocabulary mask: [s <= ids < e], c·[s <= ids < e], ids − c·[s <= ids < e]
+        IdsInRange, RangeScaled, IdsMinusRange
     };
     K k = K::None;
     int t = -1;                      ///< Tensor; LayerNormStats: its input
     std::vector<Val> items;          ///< Tuple
     int why = -1;                    ///< Unsupported: index into LoweredProgram::unsupported
-    Rational num;                    ///< Number
+    Rational num;                    ///< Number; RangeScaled, IdsMinusRange: the factor c
     bool integral = false;           ///< Number: written as an integer
     int ids = -1;                    ///< the vocabulary ids an idiom is about (a tensor, before any view)
     std::int64_t s = 0, e = 0;       ///< the vocabulary range [s, e)
     int w = -1;                      ///< PendingEmbedding: the weight; PendingTarget: the logits [N, C]
-    std::vector<std::int64_t> shape; ///< MaskedIds, PendingTarget: the ids' current shape
+    std::vector<std::int64_t> shape; ///< MaskedIds, PendingTarget, IdsOutOfRange: the current shape
     std::int64_t n = 0;              ///< Arange: its length
     Rational eps;                    ///< LayerNormStats
 };
@@ -125,6 +128,7 @@ public:
         rank_ = rank;
         vals_.assign(g.nodes.size(), Val{});
         sourceBase_.clear();
+        attentionMasks_.clear();
         const auto slot = static_cast<std::size_t>(std::max(rank, 0));
         if (p_.inputs.size() <= slot) p_.inputs.resize(slot + 1);
         if (p_.outputs.size() <= slot) p_.outputs.resize(slot + 1);
@@ -175,6 +179,7 @@ private:
     int node_ = -1;
     std::vector<Val> vals_;
     std::map<int, int> sourceBase_;
+    std::map<std::int64_t, int> attentionMasks_;  ///< tokens -> this graph's attention metadata input
 
     [[noreturn]] static void none(const std::string& why) { throw NoSemantics(why); }
 
@@ -588,6 +593,17 @@ private:
             return t;
         }
         if (is({"aten.masked_fill.Scalar"})) {
+            if (auto pe = argVal(0, "self"); pe.k == Val::K::PendingEmbedding) {
+                // vLLM: output_parallel.masked_fill_(input_mask.unsqueeze(-1), 0)
+                auto m = argVal(1, "mask");
+                auto v = argVal(2, "value");
+                auto rowShape = pe.shape;
+                rowShape.push_back(1);
+                if (m.k == Val::K::IdsOutOfRange && m.ids == pe.ids && m.s == pe.s && m.e == pe.e && (m.shape == pe.shape || m.shape == rowShape) &&
+                    v.k == Val::K::Number && v.num.isZero())
+                    return finishEmbedding(pe);
+                none("a fill of gathered rows outside vLLM's vocabulary idiom");
+            }
             int x = tensorArg(0, "self");
             int m = tensorArg(1, "mask");
             auto v = argVal(2, "value");
@@ -607,6 +623,12 @@ private:
             return tensor(emit("add", {b, cd}, resultShape(), false));
         }
         if (is({"aten.embedding.default"})) {
+            if (auto m = argVal(1, "indices"); m.k == Val::K::MaskedIds) {
+                // vLLM: F.embedding(masked_input, weight), its other parts' rows zeroed next
+                int w = tensorArg(0, "weight");
+                if (T(w).shape.size() != 2 || m.e - m.s != T(w).shape[0]) none("a gather by masked ids from a table that is not the width of their range");
+                return gatherPending(Val::K::PendingEmbedding, w, m);
+            }
             int w = tensorArg(0, "weight"), ids = tensorArg(1, "indices");
             if (!T(ids).isInt || T(w).shape.size() != 2) none("an embedding whose indices are not integers or whose table is not 2-D");
             if (const auto* pi = arg(2, "padding_idx"); pi && pi->kind == Value::Kind::Int && pi->i != -1) none("an embedding with a padding index");
@@ -646,18 +668,7 @@ private:
             v.s = s.num.num();
             return v;
         }
-        if (is({"aten.bitwise_or.Tensor"})) {
-            auto a = argVal(0, "self"), b = argVal(1, "other");
-            if (a.k == Val::K::IdsBelow && b.k == Val::K::IdsAtOrAbove && a.ids == b.ids && a.s < b.s) {
-                Val v;
-                v.k = Val::K::IdsOutOfRange;
-                v.ids = a.ids;
-                v.s = a.s;
-                v.e = b.s;
-                return v;
-            }
-            none("a boolean operation outside Megatron's vocabulary-range idiom");
-        }
+        if (is({"aten.bitwise_or.Tensor", "aten.bitwise_and.Tensor", "aten.bitwise_not.default"})) return lowerIdsMask(f);
         if (is({"aten.index_put.default"})) return lowerIndexPut();
         if (is({"aten.index.Tensor"})) return lowerIndex();
         if (is({"aten.arange.start", "aten.arange.default", "aten.arange.start_step"})) {
@@ -674,7 +685,192 @@ private:
             v.n = end;
             return v;
         }
+        if (is({"higher_order.auto_functionalized"})) return lowerAutoFunctionalized();
         none("no semantics for this operator yet");
+    }
+
+    // --- vocabulary masks ---------------------------------------------------------------------
+    static Val idsMask(Val::K k, int ids, std::int64_t s, std::int64_t e) {
+        Val v;
+        v.k = k;
+        v.ids = ids;
+        v.s = s;
+        v.e = e;
+        return v;
+    }
+    static bool emptyRange(const Val& v) { return v.s >= v.e; }
+    /// `ids < e | ids >= s` (Megatron), `ids >= s & ids < e` and `~` of it, and a union with an
+    /// empty range (vLLM's added-vocabulary mask, empty without LoRA).
+    Val lowerIdsMask(const std::string& f) {
+        auto a = argVal(0, "self");
+        if (f == "aten.bitwise_not.default") {
+            if (a.k == Val::K::IdsInRange && !emptyRange(a)) {
+                auto v = idsMask(Val::K::IdsOutOfRange, a.ids, a.s, a.e);
+                v.shape = T(a.ids).shape;
+                return v;
+            }
+            none("a boolean operation outside the vocabulary-range idioms");
+        }
+        auto b = argVal(1, "other");
+        if (a.k == Val::K::Unsupported) return a;
+        if (b.k == Val::K::Unsupported) return b;
+        if (f == "aten.bitwise_or.Tensor") {
+            if (a.k == Val::K::IdsBelow && b.k == Val::K::IdsAtOrAbove && a.ids == b.ids && a.s < b.s) {
+                auto v = idsMask(Val::K::IdsOutOfRange, a.ids, a.s, b.s);
+                v.shape = T(a.ids).shape;
+                return v;
+            }
+            if (a.k == Val::K::IdsInRange && b.k == Val::K::IdsInRange && a.ids == b.ids) {
+                if (emptyRange(b)) return a;
+                if (emptyRange(a)) return b;
+            }
+        } else {
+            if (a.k == Val::K::IdsBelow && b.k == Val::K::IdsAtOrAbove) std::swap(a, b);
+            if (a.k == Val::K::IdsAtOrAbove && b.k == Val::K::IdsBelow && a.ids == b.ids) return idsMask(Val::K::IdsInRange, a.ids, a.s, b.s);
+        }
+        none("a boolean operation outside the vocabulary-range idioms");
+    }
+
+    // --- vLLM's custom ops, through auto_functionalized -----------------------------------------
+    /// A kwarg of the wrapped op that is a tensor.
+    int kwTensor(const char* key) { return tensorArg(std::numeric_limits<std::size_t>::max(), key); }
+    Rational kwNumber(const char* key) {
+        auto v = argVal(std::numeric_limits<std::size_t>::max(), key);
+        if (v.k != Val::K::Number) none(std::string("argument ") + key + " is not a number");
+        return v.num;
+    }
+    void assume(const std::string& a) {
+        if (std::find(p_.assumptions.begin(), p_.assumptions.end(), a) == p_.assumptions.end() && p_.assumptions.size() < 64) p_.assumptions.push_back(a);
+    }
+    static Val tupleOf(std::vector<Val> mutated) {
+        Val t;
+        t.k = Val::K::Tuple;
+        t.items.push_back(Val{});  // the op's own return: None
+        for (auto& m : mutated) t.items.push_back(std::move(m));
+        return t;
+    }
+
+    /// `auto_functionalized(op, **kwargs)`: the op's return (None for these), then the new value of
+    /// each argument it mutates, in the order of its schema.
+    Val lowerAutoFunctionalized() {
+        const auto& n = cur();
+        if (n.args.empty() || n.args[0].kind != Value::Kind::Operator) none("an auto_functionalized call that names no operator");
+        const std::string& op = n.args[0].text;
+        if (op == "_C.rms_norm.default") {
+            int x = kwTensor("input"), w = kwTensor("weight");
+            return tupleOf({tensor(rmsNorm(x, w, kwNumber("epsilon"), "rms_norm"))});
+        }
+        if (op == "_C.fused_add_rms_norm.default") {
+            // residual += input; input = rms_norm(residual) · weight
+            int x = kwTensor("input"), res = kwTensor("residual"), w = kwTensor("weight");
+            if (T(x).shape != T(res).shape) none("an input and a residual of different shapes");
+            int sum = emit("add", {x, res}, T(x).shape, false, json::object(), "residual");
+            return tupleOf({tensor(rmsNorm(sum, w, kwNumber("epsilon"), "rms_norm")), tensor(sum)});
+        }
+        if (op == "_C.silu_and_mul.default") {
+            // out = silu(x[..., :d]) · x[..., d:], d half the last dim
+            int x = kwTensor("input");
+            auto s = T(x).shape;
+            if (s.empty() || s.back() % 2 != 0 || T(x).isInt) none("silu_and_mul of a tensor whose last dim is not even");
+            const auto d = static_cast<std::int64_t>(s.size()) - 1, half = s.back() / 2;
+            auto hs = s;
+            hs.back() = half;
+            int gate = emit("slice", {x}, hs, false, {{"dim", d}, {"start", 0}, {"end", half}}, "gate");
+            int up = emit("slice", {x}, hs, false, {{"dim", d}, {"start", half}, {"end", s.back()}}, "up");
+            int act = emit("silu", {gate}, hs, false, json::object(), "silu");
+            return tupleOf({tensor(emit("mul", {act, up}, hs, false))});
+        }
+        if (op == "_C.rotary_embedding.default") return lowerRotary();
+        if (op == "vllm.unified_attention_with_output.default") return lowerVllmAttention();
+        none("no semantics for " + op + " yet");
+    }
+
+    int rmsNorm(int x, int w, const Rational& eps, const std::string& part) {
+        const auto& s = T(x).shape;
+        if (s.empty() || T(w).shape != std::vector<std::int64_t>{s.back()} || T(x).isInt) none("an RMS norm whose weight is not the size of the last dim");
+        return emit("rmsnorm", {x, w}, s, false, {{"eps", rat(eps)}}, part);
+    }
+
+    /// vLLM's rotary embedding, GPT-NeoX style: each head's first rot/2 and next rot/2 channels
+    /// rotated by the cos and sin halves of the cache row at the token's position.
+    Val lowerRotary() {
+        int pos = kwTensor("positions"), cache = kwTensor("cos_sin_cache");
+        const auto* neox = cur().kwarg("is_neox");
+        if (!neox || neox->kind != Value::Kind::Bool || !neox->b) none("a rotary embedding other than the GPT-NeoX style (is_neox=True)");
+        const auto hs = intArg(std::numeric_limits<std::size_t>::max(), "head_size", 0);
+        const auto& ps = T(pos).shape;
+        const auto& cs = T(cache).shape;
+        if (!T(pos).isInt || ps.size() != 1 || cs.size() != 2 || cs[1] % 2 != 0 || cs[1] > hs || hs < 1) none("positions and a cos/sin cache of shapes it does not expect");
+        const auto tokens = ps[0], rot = cs[1], half = rot / 2;
+        int rows = emit("embedding", {pos, cache}, {tokens, rot}, false, json::object(), "cos_sin");
+        int cos = emit("slice", {rows}, {tokens, half}, false, {{"dim", 1}, {"start", 0}, {"end", half}}, "cos_rows");
+        int sin = emit("slice", {rows}, {tokens, half}, false, {{"dim", 1}, {"start", half}, {"end", rot}}, "sin_rows");
+        cos = emit("view", {cos}, {tokens, 1, half}, false, json::object(), "cos");
+        sin = emit("view", {sin}, {tokens, 1, half}, false, json::object(), "sin");
+        auto rotate = [&](int x, const std::string& which) {
+            const auto s = T(x).shape;  // a copy: emitting grows the tensors
+            if (s.size() != 2 || s[0] != tokens || s[1] % hs != 0 || T(x).isInt) none("a " + which + " that is not [tokens, heads * head_size]");
+            const auto heads = s[1] / hs;
+            const std::vector<std::int64_t> h3 = {tokens, heads, hs}, hh = {tokens, heads, half};
+            int x3 = emit("view", {x}, h3, false, json::object(), which + ".heads");
+            int x1 = emit("slice", {x3}, hh, false, {{"dim", 2}, {"start", 0}, {"end", half}}, which + ".x1");
+            int x2 = emit("slice", {x3}, hh, false, {{"dim", 2}, {"start", half}, {"end", rot}}, which + ".x2");
+            int a = emit("sub", {emit("mul", {x1, cos}, hh, false, json::object(), which + ".x1_cos"), emit("mul", {x2, sin}, hh, false, json::object(), which + ".x2_sin")},
+                         hh, false, json::object(), which + ".o1");
+            int b = emit("add", {emit("mul", {x2, cos}, hh, false, json::object(), which + ".x2_cos"), emit("mul", {x1, sin}, hh, false, json::object(), which + ".x1_sin")},
+                         hh, false, json::object(), which + ".o2");
+            std::vector<int> parts = {a, b};
+            if (rot < hs) parts.push_back(emit("slice", {x3}, {tokens, heads, hs - rot}, false, {{"dim", 2}, {"start", rot}, {"end", hs}}, which + ".pass"));
+            int r = emit("concat", parts, h3, false, {{"dim", 2}}, which + ".rotated");
+            return emit("view", {r}, s, false, json::object(), which);
+        };
+        std::vector<Val> out = {tensor(rotate(kwTensor("query"), "query"))};
+        auto key = argVal(std::numeric_limits<std::size_t>::max(), "key");
+        if (key.k == Val::K::Unsupported) throw Propagated(key.why);
+        if (key.k == Val::K::Tensor) out.push_back(tensor(rotate(key.t, "key")));
+        else if (key.k != Val::K::None) none("a key that is not a tensor");
+        return tupleOf(std::move(out));
+    }
+
+    /// vLLM's attention: softmax(q·kᵀ/√head_size + M)·v per head, each key/value head shared by its
+    /// group of query heads. M, the runtime's attention metadata (causality, where sequences
+    /// start), is not in the graph: it is an input of the step that every rank receives alike.
+    Val lowerVllmAttention() {
+        int q = kwTensor("query"), k = kwTensor("key"), v = kwTensor("value");
+        if (const auto* sc = cur().kwarg("output_scale"); sc && sc->kind != Value::Kind::None) none("an attention with an output scale (quantised output)");
+        const auto qs = T(q).shape, ks = T(k).shape;  // copies: emitting grows the tensors
+        if (qs.size() != 3 || ks.size() != 3 || T(v).shape != ks || ks[0] != qs[0] || ks[2] != qs[2] || ks[1] < 1 || qs[1] % ks[1] != 0)
+            none("query, key and value that are not [tokens, heads, head_size] with whole groups of query heads per key head");
+        const auto tokens = qs[0], heads = qs[1], kvHeads = ks[1], hs = qs[2], group = heads / kvHeads;
+        assume("vLLM's unified attention is softmax(q·kᵀ/√head_size + M)·v per head with each key/value head serving " +
+               std::string("its group of query heads; M, the runtime's attention metadata (causality, sequence starts), is not in the graph ") +
+               "and is taken as an input every rank receives alike (docs/torch-graphs.md)");
+        int mask = attentionMask(tokens);
+        auto repeat = [&](int x, const std::string& which) {
+            if (group == 1) return x;
+            int a = emit("view", {x}, {tokens, kvHeads, 1, hs}, false, json::object(), which + ".groups");
+            int b = emit("expand", {a}, {tokens, kvHeads, group, hs}, false, json::object(), which + ".repeat");
+            return emit("view", {b}, {tokens, heads, hs}, false, json::object(), which + ".heads");
+        };
+        k = repeat(k, "key");
+        v = repeat(v, "value");
+        int qh = emit("permute", {q}, {heads, tokens, hs}, false, {{"dims", {1, 0, 2}}}, "query.by_head");
+        int kh = emit("permute", {k}, {heads, hs, tokens}, false, {{"dims", {1, 2, 0}}}, "key.by_head");
+        int vh = emit("permute", {v}, {heads, tokens, hs}, false, {{"dims", {1, 0, 2}}}, "value.by_head");
+        const std::vector<std::int64_t> ss = {heads, tokens, tokens};
+        int scores = emit("matmul", {qh, kh}, ss, false, json::object(), "scores");
+        int scaled = emit("div_sqrt", {scores}, ss, false, {{"n", hs}}, "scaled");
+        int masked = emit("add", {scaled, mask}, ss, false, json::object(), "masked");
+        int probs = emit("softmax", {masked}, ss, false, {{"dim", 2}}, "probs");
+        int ctx = emit("matmul", {probs, vh}, {heads, tokens, hs}, false, json::object(), "context");
+        return tupleOf({tensor(emit("permute", {ctx}, qs, false, {{"dims", {1, 0, 2}}}))});
+    }
+
+    int attentionMask(std::int64_t tokens) {
+        if (auto it = attentionMasks_.find(tokens); it != attentionMasks_.end()) return it->second;
+        int m = newTensor("attention_metadata_" + std::to_string(tokens), {tokens, tokens}, false);
+        p_.tensors[static_cast<std::size_t>(m)].runtimeInput = "vLLM attention metadata over " + std::to_string(tokens) + " tokens";
+        return attentionMasks_[tokens] = m;
     }
 
     Val constantValue() {
@@ -700,6 +896,10 @@ private:
     Val lowerView() {
         auto v = argVal(0, "self");
         const auto& shape = resultShape();
+        if (v.k == Val::K::IdsOutOfRange && numel(v.shape) == numel(shape) && !v.shape.empty()) {
+            v.shape = shape;  // `input_mask.unsqueeze(-1)`
+            return v;
+        }
         if (v.k == Val::K::MaskedIds || v.k == Val::K::PendingTarget) {
             std::int64_t before = std::accumulate(v.shape.begin(), v.shape.end(), std::int64_t{1}, std::multiplies<>());
             std::int64_t after = std::accumulate(shape.begin(), shape.end(), std::int64_t{1}, std::multiplies<>());
@@ -762,14 +962,25 @@ private:
             expectShape(src, shape);
             return tensor(src);  // the whole base is overwritten
         }
+        if (base.k == Val::K::Unsupported) return base;
         if (base.k != Val::K::Tensor) none("a slice_scatter into " + describeKind(base.k));
-        // base − slice_backward(slice(base)) + slice_backward(src)
-        json a = {{"dim", d}, {"start", start}, {"end", end}};
-        int cut = emit("slice", {base.t}, T(src).shape, false, a, "old");
-        int cutBack = emit("slice_backward", {cut}, shape, false, a, "old_placed");
-        int hole = emit("sub", {base.t, cutBack}, shape, false, json::object(), "hole");
-        int placed = emit("slice_backward", {src}, shape, false, a, "placed");
-        return tensor(emit("add", {hole, placed}, shape, false));
+        expectShape(base.t, shape);
+        auto srcShape = shape;
+        srcShape[static_cast<std::size_t>(d)] = end - start;
+        if (T(src).shape != srcShape) none("a slice_scatter of a " + shapeToString(T(src).shape) + " source into a " + shapeToString(srcShape) + " range");
+        if (start == end) return tensor(base.t);  // nothing is written
+        // concat(base before the range, src, base after it): each part a copy, so that lineage
+        // follows every part.
+        std::vector<int> parts;
+        auto keep = [&](std::int64_t from, std::int64_t to, const char* part) {
+            auto ks = shape;
+            ks[static_cast<std::size_t>(d)] = to - from;
+            parts.push_back(emit("slice", {base.t}, ks, T(base.t).isInt, {{"dim", d}, {"start", from}, {"end", to}}, part));
+        };
+        if (start > 0) keep(0, start, "before");
+        parts.push_back(src);
+        if (end < size) keep(end, size, "after");
+        return tensor(emit("concat", parts, shape, T(base.t).isInt, {{"dim", d}}));
     }
 
     Val lowerSplit(bool bySize) {
@@ -861,6 +1072,18 @@ private:
         }
         if (a.k == Val::K::Unsupported) return a;
         if (b.k == Val::K::Unsupported) return b;
+        auto zero = [](const Val& v) { return v.k == Val::K::RangeScaled && (emptyRange(v) || v.num.isZero()); };
+        if (a.k == Val::K::RangeScaled && b.k == Val::K::RangeScaled && a.ids == b.ids && !isSub && alpha.isOne()) {
+            // vLLM's offset, `start · org_mask + added_offset · added_mask`: one of them is 0
+            if (zero(b)) return a;
+            if (zero(a)) return b;
+            none("a sum of two vocabulary offsets, neither of them 0");
+        }
+        if (a.k == Val::K::Tensor && T(a.t).isInt && b.k == Val::K::RangeScaled && isSub && alpha.isOne() && b.ids == a.t) {
+            auto v = idsMask(Val::K::IdsMinusRange, a.t, b.s, b.e);
+            v.num = b.num;
+            return v;
+        }
         if (a.k == Val::K::Tensor && T(a.t).isInt) {
             // Megatron's ids shifted into a vocabulary part: `input_ - vocab_start_index`.
             if (isSub && b.k == Val::K::Number && b.num.isInteger() && alpha.isOne()) {
@@ -891,6 +1114,22 @@ private:
         auto a = argVal(0, "self"), b = argVal(1, "other");
         if (a.k == Val::K::Unsupported) return a;
         if (b.k == Val::K::Unsupported) return b;
+        if (!isDiv && (a.k == Val::K::IdsInRange || b.k == Val::K::IdsInRange)) {
+            if (b.k == Val::K::IdsInRange) std::swap(a, b);
+            // vLLM: `offset · mask` and `vocab_mask · (input_ − valid_offset)`
+            if (b.k == Val::K::Number && b.integral) {
+                auto v = idsMask(Val::K::RangeScaled, a.ids, a.s, a.e);
+                v.num = b.num;
+                return v;
+            }
+            if (b.k == Val::K::IdsMinusRange && b.ids == a.ids && b.s == a.s && b.e == a.e && b.num == Rational(a.s) && !emptyRange(a)) {
+                // [s <= ids < e] · (ids − s·[s <= ids < e]) = the ids shifted into the part, 0 outside it
+                auto v = idsMask(Val::K::MaskedIds, a.ids, a.s, a.e);
+                v.shape = T(a.ids).shape;
+                return v;
+            }
+            none("a product with a vocabulary mask outside vLLM's idiom");
+        }
         if (a.k != Val::K::Tensor || T(a.t).isInt) none("arithmetic on " + (a.k == Val::K::Tensor ? std::string("integers") : describeKind(a.k)));
         if (b.k == Val::K::Number) {
             if (isDiv && b.num.isZero()) none("a division by the number 0");
@@ -957,7 +1196,7 @@ private:
             // masked_input[input_mask] = 0: the ids of this vocabulary part, the others at row 0.
             int ids = base.k == Val::K::Tensor ? base.t : base.k == Val::K::IdsShift ? base.ids : -1;
             std::int64_t shift = base.k == Val::K::IdsShift ? base.s : 0;
-            if (ids == mask.ids && shift == mask.s) {
+            if (ids >= 0 && ids == mask.ids && shift == mask.s && mask.shape == T(ids).shape) {
                 Val v;
                 v.k = Val::K::MaskedIds;
                 v.ids = ids;
@@ -967,8 +1206,8 @@ private:
                 return v;
             }
             // output_parallel[input_mask, :] = 0.0: the rows of other parts zeroed.
-            if (base.k == Val::K::PendingEmbedding && base.ids == mask.ids && base.s == mask.s && base.e == mask.e) return finishEmbedding(base);
-            if (base.k == Val::K::PendingTarget && base.ids == mask.ids && base.s == mask.s && base.e == mask.e) return finishTarget(base);
+            if (base.k == Val::K::PendingEmbedding && base.ids == mask.ids && base.s == mask.s && base.e == mask.e && mask.shape == base.shape) return finishEmbedding(base);
+            if (base.k == Val::K::PendingTarget && base.ids == mask.ids && base.s == mask.s && base.e == mask.e && mask.shape == base.shape) return finishTarget(base);
         }
         none("an index_put outside Megatron's vocabulary idioms");
     }
@@ -1054,6 +1293,31 @@ private:
 };
 
 }  // namespace
+
+std::vector<int> topologicalOrder(const LoweredProgram& program) {
+    std::vector<int> order;
+    std::vector<char> state(program.ops.size(), 0);
+    for (std::size_t s = 0; s < program.ops.size(); ++s) {
+        if (state[s]) continue;
+        std::vector<std::pair<int, std::size_t>> stack{{static_cast<int>(s), 0}};
+        state[s] = 1;
+        while (!stack.empty()) {
+            auto& [op, k] = stack.back();
+            const auto& ins = program.ops[static_cast<std::size_t>(op)].inputs;
+            if (k < ins.size()) {
+                int prod = program.tensors[static_cast<std::size_t>(ins[k++])].producer;
+                if (prod >= 0 && !state[static_cast<std::size_t>(prod)]) {
+                    state[static_cast<std::size_t>(prod)] = 1;
+                    stack.push_back({prod, 0});
+                }
+                continue;
+            }
+            order.push_back(op);
+            stack.pop_back();
+        }
+    }
+    return order;
+}
 
 LoweredProgram lowerLogical(const RankSet& set) {
     LoweredProgram p;

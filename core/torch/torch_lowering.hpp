@@ -32,6 +32,9 @@ struct LoweredTensor {
     int rank = -1;         ///< parallel: the rank holding it; logical: -1
     int input = -1;        ///< a graph input: its position in the graph's inputs
     bool dropoutMask = false;  ///< an input made for a dropout's random mask
+    /// An input made for a value the runtime gives every rank alike and the graph does not carry
+    /// (vLLM's attention metadata): what it is. Related to the single device's input of the same text.
+    std::string runtimeInput;
     int producer = -1;     ///< the op producing it, or -1
     /// Made for a result that has no semantics (a collective whose reduction or input has none):
     /// why, as an index into LoweredProgram::unsupported. Such a tensor is never an input.
@@ -81,6 +84,10 @@ struct LoweredProgram {
     std::vector<std::vector<LoweredOutput>> outputs;    ///< per rank
     int ranks = 1;
 };
+
+/// The program's ops, each after the ops producing its inputs (collectives come last in the list
+/// but feed later local ops).
+std::vector<int> topologicalOrder(const LoweredProgram& program);
 
 /// The logical graph (one program, no ranks).
 LoweredProgram lowerLogical(const RankSet& set);

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "io/plan_json.hpp"
+#include "torch/input_pieces.hpp"
 #include "torch/rank_set.hpp"
 #include "torch/lineage_inference.hpp"
 #include "torch/torch_lowering.hpp"
@@ -101,9 +102,22 @@ std::string describeRelation(const Relation& r, const LoweredProgram& L) {
 
 namespace {
 
-/// Reads a relations file onto the inferred input relations. Returns the problem ("FILE: /inputs/2/part: ...") or "".
-std::string applyRelations(const std::string& path, const LoweredProgram& L, const LoweredProgram& P, std::vector<std::optional<Relation>>& rel,
-                           std::vector<std::string>& notes, int& results) {
+/// One entry of a relations file, checked against the programs: the parallel input on each rank
+/// it names and the box of the logical input it holds, or the pieces it is the concatenation of.
+struct RelationEntry {
+    int logical = -1;
+    std::vector<int> parallel;  ///< per rank named (tensors)
+    Dims lo, hi;
+    int dim = -1;               ///< pieces: the dim they are concatenated along
+    std::vector<std::pair<std::int64_t, std::int64_t>> pieces;
+};
+struct RelationsFile {
+    std::vector<RelationEntry> entries;
+    int results = -1;
+};
+
+/// Reads and checks a relations file. Returns the problem ("FILE: /inputs/2/part: ...") or "".
+std::string readRelations(const std::string& path, const LoweredProgram& L, const LoweredProgram& P, RelationsFile& out) {
     std::ifstream f(path);
     if (!f) return path + ": cannot open file";
     json doc;
@@ -121,7 +135,7 @@ std::string applyRelations(const std::string& path, const LoweredProgram& L, con
     if (doc.contains("results")) {
         if (!doc["results"].is_number_integer() || doc["results"].get<std::int64_t>() < 0 || doc["results"].get<std::int64_t>() > 1'000'000)
             return at("/results", "must be how many leading outputs are results (a whole number)");
-        results = doc["results"].get<int>();
+        out.results = doc["results"].get<int>();
     }
     if (!doc.contains("inputs") || !doc["inputs"].is_array()) return at("/inputs", "must be an array");
     auto inputNamed = [](const LoweredProgram& prog, int rank, const std::string& name) -> int {
@@ -133,17 +147,27 @@ std::string applyRelations(const std::string& path, const LoweredProgram& L, con
             }
         return -1;
     };
+    auto range = [&](const json& b, const std::string& where, std::int64_t size, std::int64_t& lo, std::int64_t& hi) -> std::string {
+        if (!b.is_array() || b.size() != 2 || !b[0].is_number_integer() || !b[1].is_number_integer()) return at(where, "must be [start, end]");
+        lo = b[0].get<std::int64_t>();
+        hi = b[1].get<std::int64_t>();
+        if (lo < 0 || lo >= hi || hi > size) return at(where, "is not a range inside 0.." + std::to_string(size));
+        return {};
+    };
+    std::set<int> inPieces;
     std::size_t k = 0;
     for (const auto& e : doc["inputs"]) {
         const std::string where = "/inputs/" + std::to_string(k++);
         if (!e.is_object()) return at(where, "must be an object");
         for (const auto& [key, v] : e.items())
-            if (key != "parallel" && key != "logical" && key != "rank" && key != "part") return at(where + "/" + key, "unknown key");
+            if (key != "parallel" && key != "logical" && key != "rank" && key != "part" && key != "dim" && key != "pieces") return at(where + "/" + key, "unknown key");
         if (!e.contains("parallel") || !e["parallel"].is_string()) return at(where + "/parallel", "must name a parallel graph's input");
         if (!e.contains("logical") || !e["logical"].is_string()) return at(where + "/logical", "must name the single-device graph's input");
-        const int lt = inputNamed(L, 0, e["logical"].get<std::string>());
-        if (lt < 0) return at(where + "/logical", "the single-device graph has no input \"" + e["logical"].get<std::string>() + "\"");
-        const auto& lshape = L.tensors[static_cast<std::size_t>(lt)].shape;
+        RelationEntry entry;
+        entry.logical = inputNamed(L, 0, e["logical"].get<std::string>());
+        if (entry.logical < 0) return at(where + "/logical", "the single-device graph has no input \"" + e["logical"].get<std::string>() + "\"");
+        const auto& lt = L.tensors[static_cast<std::size_t>(entry.logical)];
+        const auto& lshape = lt.shape;
         std::vector<int> ranks;
         if (e.contains("rank")) {
             if (!e["rank"].is_number_integer() || e["rank"].get<std::int64_t>() < 0 || e["rank"].get<std::int64_t>() >= P.ranks)
@@ -152,37 +176,75 @@ std::string applyRelations(const std::string& path, const LoweredProgram& L, con
         } else {
             for (int r = 0; r < P.ranks; ++r) ranks.push_back(r);
         }
-        Dims lo(lshape.size(), 0), hi = lshape;
-        if (e.contains("part")) {
+        entry.lo.assign(lshape.size(), 0);
+        entry.hi = lshape;
+        if (e.contains("pieces") != e.contains("dim")) return at(where + (e.contains("dim") ? "/pieces" : "/dim"), "\"pieces\" and \"dim\" go together");
+        if (e.contains("pieces") && e.contains("part")) return at(where + "/part", "an input is either a part or pieces, not both");
+        if (e.contains("pieces")) {
+            if (!e["dim"].is_number_integer() || e["dim"].get<std::int64_t>() < 0 || e["dim"].get<std::int64_t>() >= static_cast<std::int64_t>(lshape.size()))
+                return at(where + "/dim", "must be a dim of " + shapeToString(lshape));
+            entry.dim = e["dim"].get<int>();
+            const auto& ps = e["pieces"];
+            if (!ps.is_array() || ps.empty() || ps.size() > 4096) return at(where + "/pieces", "must be a list of [start, end) ranges of dim " + std::to_string(entry.dim));
+            for (std::size_t j = 0; j < ps.size(); ++j) {
+                std::int64_t lo = 0, hi = 0;
+                if (auto bad = range(ps[j], where + "/pieces/" + std::to_string(j), lshape[static_cast<std::size_t>(entry.dim)], lo, hi); !bad.empty()) return bad;
+                entry.pieces.push_back({lo, hi});
+            }
+        } else if (e.contains("part")) {
             const auto& part = e["part"];
             if (!part.is_array() || part.size() != lshape.size()) return at(where + "/part", "must give one [start, end) per dim of " + shapeToString(lshape));
-            for (std::size_t d = 0; d < lshape.size(); ++d) {
-                const auto& b = part[d];
-                if (!b.is_array() || b.size() != 2 || !b[0].is_number_integer() || !b[1].is_number_integer())
-                    return at(where + "/part/" + std::to_string(d), "must be [start, end]");
-                lo[d] = b[0].get<std::int64_t>();
-                hi[d] = b[1].get<std::int64_t>();
-                if (lo[d] < 0 || lo[d] >= hi[d] || hi[d] > lshape[d]) return at(where + "/part/" + std::to_string(d), "is not a range inside 0.." + std::to_string(lshape[d]));
-            }
+            for (std::size_t d = 0; d < lshape.size(); ++d)
+                if (auto bad = range(part[d], where + "/part/" + std::to_string(d), lshape[d], entry.lo[d], entry.hi[d]); !bad.empty()) return bad;
+        }
+        Dims extent(lshape.size());
+        for (std::size_t d = 0; d < lshape.size(); ++d) extent[d] = entry.hi[d] - entry.lo[d];
+        if (entry.dim >= 0) {
+            extent[static_cast<std::size_t>(entry.dim)] = 0;
+            for (const auto& [lo, hi] : entry.pieces) extent[static_cast<std::size_t>(entry.dim)] += hi - lo;
         }
         for (int r : ranks) {
             const int pt = inputNamed(P, r, e["parallel"].get<std::string>());
             if (pt < 0) return at(where + "/parallel", "rank " + std::to_string(r) + "'s graph has no input \"" + e["parallel"].get<std::string>() + "\"");
             const auto& ptensor = P.tensors[static_cast<std::size_t>(pt)];
-            Dims extent(lo.size());
-            for (std::size_t d = 0; d < lo.size(); ++d) extent[d] = hi[d] - lo[d];
             if (extent != ptensor.shape)
-                return at(where + "/part", "the part is " + shapeToString(extent) + " but rank " + std::to_string(r) + "'s " + e["parallel"].get<std::string>() + " is " +
-                                               shapeToString(ptensor.shape));
-            if (ptensor.isInt != L.tensors[static_cast<std::size_t>(lt)].isInt) return at(where, "one is an integer tensor and the other is not");
-            Relation x;
-            x.logical = lt;
-            x.dims = boxDims(lshape, lo, hi);
-            rel[static_cast<std::size_t>(pt)] = x;
+                return at(where + (entry.dim >= 0 ? "/pieces" : "/part"), std::string(entry.dim >= 0 ? "the pieces make " : "the part is ") + shapeToString(extent) + " but rank " +
+                                                                              std::to_string(r) + "'s " + e["parallel"].get<std::string>() + " is " + shapeToString(ptensor.shape));
+            if (ptensor.isInt != lt.isInt) return at(where, "one is an integer tensor and the other is not");
+            if (entry.dim >= 0 && !inPieces.insert(pt).second)
+                return at(where, "rank " + std::to_string(r) + "'s " + e["parallel"].get<std::string>() + " is already declared as pieces");
+            entry.parallel.push_back(pt);
+        }
+        out.entries.push_back(std::move(entry));
+    }
+    return {};
+}
+
+/// The relations a read file gives, once the declared pieces are inputs of their own.
+void applyRelations(const RelationsFile& file, const LoweredProgram& L, const std::vector<std::vector<int>>& pieceTensors, std::vector<std::optional<Relation>>& rel) {
+    std::size_t declared = 0;
+    for (const auto& e : file.entries) {
+        const auto& lshape = L.tensors[static_cast<std::size_t>(e.logical)].shape;
+        for (int pt : e.parallel) {
+            if (e.dim < 0) {
+                Relation x;
+                x.logical = e.logical;
+                x.dims = boxDims(lshape, e.lo, e.hi);
+                rel[static_cast<std::size_t>(pt)] = x;
+                continue;
+            }
+            const auto& pieces = pieceTensors.at(declared++);
+            for (std::size_t j = 0; j < pieces.size(); ++j) {
+                Relation x;
+                x.logical = e.logical;
+                auto lo = e.lo, hi = e.hi;
+                lo[static_cast<std::size_t>(e.dim)] = e.pieces[j].first;
+                hi[static_cast<std::size_t>(e.dim)] = e.pieces[j].second;
+                x.dims = boxDims(lshape, lo, hi);
+                rel[static_cast<std::size_t>(pieces[j])] = x;
+            }
         }
     }
-    notes.push_back("input relations from " + path + " (" + std::to_string(k) + " entries)");
-    return {};
 }
 
 }  // namespace
@@ -229,7 +291,8 @@ TorchPairLoad loadTorchPairUnguarded(const std::string& logicalPath, const std::
         return fail(Verdict::Invalid, FailureKind::InvalidPlan, e.what());
     }
     for (const auto* side : {&L, &P})
-        for (const auto& a : side->assumptions) out.notes.push_back("assumed: " + a);
+        for (const auto& a : side->assumptions)
+            if (std::find(out.notes.begin(), out.notes.end(), "assumed: " + a) == out.notes.end()) out.notes.push_back("assumed: " + a);
     // Vocabulary parts cover at least the logical vocabulary (the ids are assumed to lie in it).
     std::int64_t vocab = 0;
     for (const auto& o : L.ops) {
@@ -244,12 +307,34 @@ TorchPairLoad loadTorchPairUnguarded(const std::string& logicalPath, const std::
         if (o.attrs["parts"].get<std::int64_t>() < need) o.attrs["parts"] = need;
     }
 
+    RelationsFile relations;
+    if (!relationsPath.empty())
+        if (auto problem = readRelations(relationsPath, L, P, relations); !problem.empty()) return fail(Verdict::Invalid, FailureKind::InvalidPlan, problem);
+    const int results = relations.results;
+    // Inputs declared as pieces become one input per piece, carried as far as they distribute.
+    std::vector<InputPieces> declared;
+    for (const auto& e : relations.entries) {
+        if (e.dim < 0) continue;
+        InputPieces d;
+        d.dim = static_cast<std::size_t>(e.dim);
+        for (const auto& [lo, hi] : e.pieces) d.extents.push_back(hi - lo);
+        for (int pt : e.parallel) {
+            d.tensor = pt;
+            declared.push_back(d);
+        }
+    }
+    forwardCopies(L);
+    forwardCopies(P);
+    const auto pieceTensors = splitInputPieces(P, declared);
+
     LineageInference inf(L, P);
     inf.relateInputs();
-    int results = -1;
-    if (!relationsPath.empty())
-        if (auto problem = applyRelations(relationsPath, L, P, inf.relations(), out.notes, results); !problem.empty())
-            return fail(Verdict::Invalid, FailureKind::InvalidPlan, problem);
+    inf.relateRuntimeInputs();
+    if (!relationsPath.empty()) {
+        applyRelations(relations, L, pieceTensors, inf.relations());
+        out.notes.push_back("input relations from " + relationsPath + " (" + std::to_string(relations.entries.size()) + " entries)");
+    }
+    if (auto n = inf.defaultShardNote(); !n.empty()) out.notes.push_back(n);
     inf.run();
     inf.relateRemainingMasks();
     auto& rel = inf.relations();
@@ -510,12 +595,29 @@ TorchPairLoad loadTorchPairUnguarded(const std::string& logicalPath, const std::
     }
     // Inputs first (assumptions), then the rest.
     std::set<int> relatedLogical;
+    std::map<int, std::vector<const std::pair<std::vector<int>, std::vector<Relation>>*>> untiled;
     for (int pass = 0; pass < 2; ++pass)
         for (auto& [key, g] : groups) {
             const bool isInput = P.tensors[static_cast<std::size_t>(g.first[0])].producer < 0;
             if (isInput != (pass == 0)) continue;
-            if (writeRecord(key.first, g.first, g.second) && isInput) relatedLogical.insert(key.first);
+            if (writeRecord(key.first, g.first, g.second)) {
+                if (isInput) relatedLogical.insert(key.first);
+            } else if (!isInput) {
+                untiled[key.first].push_back(&g);
+            }
         }
+    // Nodes that hold a part each (the pieces of a fused projection: query, key and value parts of
+    // one logical result) tile it together.
+    for (const auto& [logical, gs] : untiled) {
+        if (gs.size() < 2) continue;
+        std::vector<int> ts;
+        std::vector<Relation> rs;
+        for (const auto* g : gs) {
+            ts.insert(ts.end(), g->first.begin(), g->first.end());
+            rs.insert(rs.end(), g->second.begin(), g->second.end());
+        }
+        writeRecord(logical, ts, rs);
+    }
     // Every input the claims read needs a relation.
     for (std::size_t t = 0; t < L.tensors.size(); ++t)
         if (lt[t] && L.tensors[t].producer < 0 && !relatedLogical.count(static_cast<int>(t)))
