@@ -920,6 +920,14 @@ private:
         return tensor(emit("view", {x}, shape, T(x).isInt));
     }
 
+    /// Python's slice bounds: negative from the end, clamped to [0, size], end not before start.
+    static void clampRange(std::int64_t& start, std::int64_t& end, std::int64_t size) {
+        if (start < 0) start += size;
+        if (end < 0) end += size;
+        start = std::clamp<std::int64_t>(start, 0, size);
+        end = std::clamp<std::int64_t>(end, start, size);
+    }
+
     Val lowerSlice() {
         auto v = argVal(0, "self");
         auto dim = intArg(1, "dim", 0, false);
@@ -934,10 +942,7 @@ private:
         if (s.empty()) none("a slice of a scalar");
         auto d = normDim(dim, s.size());
         auto size = s[static_cast<std::size_t>(d)];
-        if (start < 0) start += size;
-        if (end < 0) end += size;
-        start = std::clamp<std::int64_t>(start, 0, size);
-        end = std::clamp<std::int64_t>(end, start, size);
+        clampRange(start, end, size);
         if (start == 0 && end == size) return alias(x);
         if (start == end) none("an empty slice");
         return tensor(emit("slice", {x}, resultShape(), T(x).isInt, {{"dim", d}, {"start", start}, {"end", end}}));
@@ -954,10 +959,7 @@ private:
         if (shape.empty()) none("a slice_scatter into a scalar");
         auto d = normDim(dim, shape.size());
         auto size = shape[static_cast<std::size_t>(d)];
-        if (start < 0) start += size;
-        if (end < 0) end += size;
-        start = std::clamp<std::int64_t>(start, 0, size);
-        end = std::clamp<std::int64_t>(end, start, size);
+        clampRange(start, end, size);
         if (start == 0 && end == size) {
             expectShape(src, shape);
             return tensor(src);  // the whole base is overwritten
