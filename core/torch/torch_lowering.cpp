@@ -686,6 +686,22 @@ private:
             return v;
         }
         if (is({"higher_order.auto_functionalized"})) return lowerAutoFunctionalized();
+        if (is({"higher_order.auto_functionalized_v2"})) {
+            // (the op's return, then the new value of each base in _all_bases). torchgraph's
+            // logging op reads its tensor and changes nothing.
+            if (n.args.empty() || n.args[0].kind != Value::Kind::Operator || n.args[0].text != "tg.inplace_log_tensor.default")
+                none("no semantics for " + (n.args.empty() ? std::string("an unnamed operator") : n.args[0].toString()) + " through auto_functionalized_v2 yet");
+            const auto* bases = n.kwarg("_all_bases");
+            if (!bases || !bases->isList()) none("auto_functionalized_v2 without its bases");
+            std::vector<Val> items;
+            for (const auto& b : bases->items) {
+                const auto& v = valOf(b);
+                if (v.k == Val::K::Unsupported) throw Propagated(v.why);
+                if (v.k != Val::K::Tensor) none("a base that is " + describeKind(v.k));
+                items.push_back(v);
+            }
+            return tupleOf(std::move(items));
+        }
         none("no semantics for this operator yet");
     }
 
