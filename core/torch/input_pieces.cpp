@@ -352,9 +352,27 @@ public:
         // A split whose results are not all read: slices of the ones read (an unread result would
         // be a result of the program that nothing describes).
         std::set<int> read;
-        for (const auto& op : out) read.insert(op.inputs.begin(), op.inputs.end());
-        for (const auto& outs : p_.outputs)
-            for (const auto& o : outs) read.insert(o.tensor);
+        auto readBy = [&] {
+            read.clear();
+            for (const auto& op : out) read.insert(op.inputs.begin(), op.inputs.end());
+            for (const auto& outs : p_.outputs)
+                for (const auto& o : outs) read.insert(o.tensor);
+        };
+        readBy();
+        // Ops nothing reads any more (a concatenation whose every reader now reads its inputs)
+        // go, so that inference never pairs an op with one the program no longer runs.
+        for (bool dropped = true; dropped;) {
+            dropped = false;
+            std::vector<LoweredOp> live;
+            for (auto& op : out) {
+                bool used = false;
+                for (int t : op.outputs) used = used || read.count(t);
+                if (used) live.push_back(std::move(op));
+                else dropped = true;
+            }
+            out = std::move(live);
+            if (dropped) readBy();
+        }
         p_.ops.clear();
         for (auto& op : out) {
             bool all = true;

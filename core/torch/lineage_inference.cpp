@@ -367,6 +367,17 @@ bool LineageInference::claimByName(const LoweredOp& op, const std::vector<const 
     if (it == logicalByName_.end()) return false;
     const auto& l = L_.ops[static_cast<std::size_t>(it->second)];
     if (l.kind != op.kind || l.inputs.size() != ins.size() || l.outputs.size() != op.outputs.size()) return false;
+    // FX names are per-graph counters and drift where a rank's graph has extra calls: the name is
+    // evidence only with the same framework line (file, line and code) on both sides.
+    if (l.source < 0 || op.source < 0) return false;
+    const auto& ls = L_.sources[static_cast<std::size_t>(l.source)];
+    const auto& ps = P_.sources[static_cast<std::size_t>(op.source)];
+    auto tail = [](const std::string& f) { return f.substr(f.find_last_of('/') == std::string::npos ? 0 : f.find_last_of('/') + 1); };
+    if (ls.line != ps.line || ls.code != ps.code || tail(ls.file) != tail(ps.file)) return false;
+    // With several operands, at least one must be what the single device's op reads.
+    bool oneRight = ins.size() < 2;
+    for (std::size_t k = 0; k < ins.size(); ++k) oneRight = oneRight || (ins[k] && ins[k]->logical == l.inputs[k]);
+    if (!oneRight) return false;
     std::vector<Relation> as;
     as.reserve(ins.size());
     std::vector<const Relation*> shouldBe;

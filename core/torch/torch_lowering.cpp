@@ -599,7 +599,9 @@ private:
                 auto v = argVal(2, "value");
                 auto rowShape = pe.shape;
                 rowShape.push_back(1);
-                if (m.k == Val::K::IdsOutOfRange && m.ids == pe.ids && m.s == pe.s && m.e == pe.e && (m.shape == pe.shape || m.shape == rowShape) &&
+                // The mask must be [ids..., 1]: broadcasting aligns trailing dims, so a mask of the
+                // ids' own shape would zero columns, not rows.
+                if (m.k == Val::K::IdsOutOfRange && m.ids == pe.ids && m.s == pe.s && m.e == pe.e && m.shape == rowShape &&
                     v.k == Val::K::Number && v.num.isZero())
                     return finishEmbedding(pe);
                 none("a fill of gathered rows outside vLLM's vocabulary idiom");
@@ -884,7 +886,8 @@ private:
 
     int attentionMask(std::int64_t tokens) {
         if (auto it = attentionMasks_.find(tokens); it != attentionMasks_.end()) return it->second;
-        int m = newTensor("attention_metadata_" + std::to_string(tokens), {tokens, tokens}, false);
+        // A dot: no graph node's name has one, so no input can be named alike.
+        int m = newTensor("attention_metadata." + std::to_string(tokens), {tokens, tokens}, false);
         p_.tensors[static_cast<std::size_t>(m)].runtimeInput = "vLLM attention metadata over " + std::to_string(tokens) + " tokens";
         return attentionMasks_[tokens] = m;
     }
@@ -1266,6 +1269,7 @@ private:
 
     json vocabPart(std::int64_t s, std::int64_t width) const {
         if (width < 1) none("an empty vocabulary part");
+        if (s < 0) none("a vocabulary range starting below 0");
         if (s % width != 0) none("a vocabulary range starting at " + std::to_string(s) + ", not a multiple of its width " + std::to_string(width));
         const auto index = s / width;
         if (!parallel_ && index == 0) return json::object();

@@ -437,6 +437,12 @@ TorchPairLoad loadTorchPairUnguarded(const std::string& logicalPath, const std::
             }
             const auto& inferred = rel[static_cast<std::size_t>(po.tensor)];
             const bool holdsWhole = inferred && inferred->logical == lo.tensor && inferred->kind == Relation::Kind::Exact && inferred->coeff.isOne() && inferred->allPlain();
+            if (const auto u = P.tensors[static_cast<std::size_t>(po.tensor)].unsupported; u >= 0) {
+                // Made for a result without semantics (a collective whose input has none).
+                note("cannot verify " + what + " yet: " + P.unsupported[static_cast<std::size_t>(u)].describe(P.sources));
+                ok = false;
+                break;
+            }
             if (P.tensors[static_cast<std::size_t>(po.tensor)].producer < 0) {
                 // A rank's input returned: what it holds is assumed, so it must be what is asked for.
                 if (logicalInput && holdsWhole) {

@@ -1,0 +1,23 @@
+import torch
+# Graph[rank=1](fw, gid=0)
+class <lambda>(torch.nn.Module):
+    def forward(self, arg0_1: "i64[8]", arg1_1: "f32[8, 8]"):
+        ge: "b8[8]" = torch.ops.aten.ge.Scalar(arg0_1, 8)
+        lt: "b8[8]" = torch.ops.aten.lt.Scalar(arg0_1, 16)
+        bitwise_and: "b8[8]" = torch.ops.aten.bitwise_and.Tensor(ge, lt)
+        ge_1: "b8[8]" = torch.ops.aten.ge.Scalar(arg0_1, 16)
+        lt_1: "b8[8]" = torch.ops.aten.lt.Scalar(arg0_1, 16)
+        bitwise_and_1: "b8[8]" = torch.ops.aten.bitwise_and.Tensor(ge_1, lt_1)
+        mul: "i64[8]" = torch.ops.aten.mul.Tensor(bitwise_and, 8)
+        mul_1: "i64[8]" = torch.ops.aten.mul.Tensor(bitwise_and_1, 8)
+        add: "i64[8]" = torch.ops.aten.add.Tensor(mul, mul_1)
+        bitwise_or: "b8[8]" = torch.ops.aten.bitwise_or.Tensor(bitwise_and, bitwise_and_1)
+        sub: "i64[8]" = torch.ops.aten.sub.Tensor(arg0_1, add)
+        mul_2: "i64[8]" = torch.ops.aten.mul.Tensor(bitwise_or, sub)
+        bitwise_not: "b8[8]" = torch.ops.aten.bitwise_not.default(bitwise_or)
+        embedding: "f32[8, 8]" = torch.ops.aten.embedding.default(arg1_1, mul_2)
+        unsqueeze: "b8[8, 1]" = torch.ops.aten.unsqueeze.default(bitwise_not, -1)
+        masked_fill: "f32[8, 8]" = torch.ops.aten.masked_fill.Scalar(embedding, unsqueeze, 0)
+        all_reduce: "f32[8, 8]" = torch.ops._c10d_functional.all_reduce.default(masked_fill, 'sum', '0')
+        wait_tensor: "f32[8, 8]" = torch.ops._c10d_functional.wait_tensor.default(all_reduce)
+        return (wait_tensor,)
