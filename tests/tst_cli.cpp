@@ -8,6 +8,7 @@
 #include <QProcess>
 #include <QTemporaryDir>
 
+#include <array>
 #include <csignal>
 #include <sys/types.h>
 
@@ -297,6 +298,20 @@ private slots:
         auto bad = trainverify({"verify", "--logical", dir + "gpt/paral1_layer1/fw.g0.r0.py", "--parallel", dir + "gpt/paral2_layer1/fw.g0.r0.py", tmp.filePath("fw.g0.r1.py")});
         QCOMPARE(bad.exitCode, 3);
         QVERIFY2(bad.out.contains(tmp.filePath("fw.g0.r1.py")), qPrintable(bad.out));
+        // A graph that contradicts itself (no capture makes one) is refused as damaged, naming the
+        // file, the line and the node.
+        const std::vector<std::array<QString, 3>> damaged = {
+            {"mm: \"f32[12288, 1152]\" = torch.ops.aten.mm.default(view_2, t)", "mm: \"f32[12288, 1153]\" = torch.ops.aten.mm.default(view_2, t)",
+             ": mm (aten.mm.default): its result is annotated [12288, 1153] but its operands give [12288, 1152]"},
+            {"torch.ops.aten.view.default(mm, [1536, 8, 1152])", "torch.ops.aten.view.default(mm, [-1, -1, 1152])",
+             ": view_3 (aten.view.default): the call asks for shape [-1, -1, 1152]"},
+        };
+        for (const auto& [from, to, says] : damaged) {
+            QTemporaryDir edits;
+            const auto files = editedRanks(dir + "gpt/paral2_layer1/", edits, "1", from, to);
+            auto d = trainverify(QStringList{"verify", "--logical", dir + "gpt/paral1_layer1/fw.g0.r0.py", "--parallel"} + files);
+            QVERIFY2(d.exitCode == 3 && d.out.contains("a damaged graph: " + files[1] + ":") && d.out.contains(says), qPrintable(d.out));
+        }
         auto many = trainverify({"verify", "--logical", "a.pkl", "--parallel", "b.pkl", "c.pkl"});
         QCOMPARE(many.exitCode, 3);
         QVERIFY2(many.out.contains("one file per rank is for PyTorch graphs"), qPrintable(many.out));

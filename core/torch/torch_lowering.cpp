@@ -139,6 +139,10 @@ public:
                 vals_[i] = lowerNode(n);
             } catch (const NoSemantics& e) {
                 vals_[i] = unsupported(e.what());
+            } catch (const Damaged& e) {
+                if (p_.damaged.empty())
+                    p_.damaged = g.file + ":" + std::to_string(n.line) + ": " + n.name + (n.kind == Node::Kind::Call ? " (" + n.target + ")" : std::string()) + ": " + e.what();
+                vals_[i] = unsupported(e.what());
             }
         }
         auto& ins = p_.inputs[slot];
@@ -182,6 +186,12 @@ private:
     std::map<std::int64_t, int> attentionMasks_;  ///< tokens -> this graph's attention metadata input
 
     [[noreturn]] static void none(const std::string& why) { throw NoSemantics(why); }
+    /// The graph contradicts itself (an annotation its op cannot give, a dim it does not have):
+    /// no capture makes that, so the pair is refused as damaged, not judged.
+    struct Damaged : std::runtime_error {
+        using std::runtime_error::runtime_error;
+    };
+    [[noreturn]] static void damaged(const std::string& why) { throw Damaged(why); }
 
     static std::string describeKind(Val::K k) {
         switch (k) {
@@ -373,12 +383,12 @@ private:
     bool resultIsInt() const { return cur().type && isIntType(cur().type->dtype); }
     static std::int64_t normDim(std::int64_t d, std::size_t rank) {
         const auto r = static_cast<std::int64_t>(rank);
-        if (d < -r || d >= std::max<std::int64_t>(r, 1)) none("dim " + std::to_string(d) + " is out of range for rank " + std::to_string(rank));
+        if (d < -r || d >= std::max<std::int64_t>(r, 1)) damaged("dim " + std::to_string(d) + " is out of range for rank " + std::to_string(rank));
         return d < 0 ? d + r : d;
     }
     void expectShape(int t, const std::vector<std::int64_t>& s) const {
         if (T(t).shape != s)
-            none("its result is annotated " + shapeToString(s) + " but its operands give " + shapeToString(T(t).shape));
+            damaged("its result is annotated " + shapeToString(s) + " but its operands give " + shapeToString(T(t).shape));
     }
     static std::string rat(const Rational& r) { return r.toString(); }
 
@@ -503,6 +513,15 @@ private:
         if (is({"aten.cat.default"})) return lowerCat();
         if (is({"aten.mm.default", "aten.bmm.default", "aten.matmul.default"})) {
             int a = tensorArg(0, "self"), b = tensorArg(1, "mat2");
+            const auto &as = T(a).shape, &bs = T(b).shape;
+            if (f != "aten.matmul.default") {
+                const std::size_t r = f == "aten.mm.default" ? 2 : 3;
+                if (as.size() != r || bs.size() != r || as[r - 1] != bs[r - 2] || (r == 3 && as[0] != bs[0]))
+                    damaged("a product of " + shapeToString(as) + " and " + shapeToString(bs));
+                auto want = as;
+                want.back() = bs.back();
+                if (want != resultShape()) damaged("its result is annotated " + shapeToString(resultShape()) + " but its operands give " + shapeToString(want));
+            }
             return tensor(emit("matmul", {a, b}, resultShape(), false));
         }
         if (is({"aten.addmm.default", "aten.baddbmm.default"})) return lowerAddMatmul();
@@ -912,9 +931,40 @@ private:
         return v;
     }
 
+    /// The shape a view-like call asks for, checked against its annotation: a damaged graph
+    /// otherwise (`view(x, [-1, -1, 128])` or an `unsqueeze` annotated without the new dim).
+    void checkViewCall(const std::vector<std::int64_t>* from, const std::vector<std::int64_t>& annotated) const {
+        const auto& f = cur().target;
+        if (f == "aten.view.default" || f == "aten._unsafe_view.default" || f == "aten.reshape.default") {
+            const auto* a = arg(1, f == "aten.reshape.default" ? "shape" : "size");
+            if (!a || !a->isList()) return;
+            int unknown = 0;
+            bool agrees = a->items.size() == annotated.size();
+            for (std::size_t k = 0; k < a->items.size(); ++k) {
+                const auto& it = a->items[k];
+                if (it.kind != Value::Kind::Int) return;  // a symbolic size: nothing to compare
+                if (it.i == -1) ++unknown;
+                else if (it.i < 0 || (agrees && it.i != annotated[k])) agrees = false;
+            }
+            if (!agrees || unknown > 1) damaged("the call asks for shape " + a->toString() + " but its result is annotated " + shapeToString(annotated));
+        } else if (f == "aten.unsqueeze.default" && from) {
+            const auto r = static_cast<std::int64_t>(from->size());
+            const auto* a = arg(1, "dim");
+            if (!a || a->kind != Value::Kind::Int) return;
+            auto d = a->i;
+            if (d < -r - 1 || d > r) damaged("dim " + std::to_string(d) + " is out of range for unsqueezing rank " + std::to_string(r));
+            if (d < 0) d += r + 1;
+            auto want = *from;
+            want.insert(want.begin() + d, 1);
+            if (want != annotated) damaged("unsqueeze at dim " + std::to_string(a->i) + " gives " + shapeToString(want) + " but its result is annotated " + shapeToString(annotated));
+        }
+    }
+
     Val lowerView() {
         auto v = argVal(0, "self");
         const auto& shape = resultShape();
+        checkViewCall(v.k == Val::K::Tensor ? &T(v.t).shape : (v.k == Val::K::IdsOutOfRange || v.k == Val::K::MaskedIds || v.k == Val::K::PendingTarget) ? &v.shape : nullptr,
+                      shape);
         if (v.k == Val::K::IdsOutOfRange && numel(v.shape) == numel(shape) && !v.shape.empty()) {
             v.shape = shape;  // `input_mask.unsqueeze(-1)`
             return v;
@@ -934,7 +984,7 @@ private:
         if (v.k == Val::K::Unsupported) return v;
         if (v.k != Val::K::Tensor) none("a view of " + describeKind(v.k));
         int x = v.t;
-        if (numel(T(x).shape) != numel(shape)) none("a view to " + shapeToString(shape) + " of a tensor of " + shapeToString(T(x).shape));
+        if (numel(T(x).shape) != numel(shape)) damaged("a view to " + shapeToString(shape) + " of a tensor of " + shapeToString(T(x).shape));
         if (T(x).shape == shape) return tensor(x);
         return tensor(emit("view", {x}, shape, T(x).isInt));
     }
@@ -988,7 +1038,7 @@ private:
         expectShape(base.t, shape);
         auto srcShape = shape;
         srcShape[static_cast<std::size_t>(d)] = end - start;
-        if (T(src).shape != srcShape) none("a slice_scatter of a " + shapeToString(T(src).shape) + " source into a " + shapeToString(srcShape) + " range");
+        if (T(src).shape != srcShape) damaged("a slice_scatter of a " + shapeToString(T(src).shape) + " source into a " + shapeToString(srcShape) + " range");
         if (start == end) return tensor(base.t);  // nothing is written
         // concat(base before the range, src, base after it): each part a copy, so that lineage
         // follows every part.
@@ -1023,7 +1073,7 @@ private:
             if (z < 1) none("a split with an empty piece");
             sum += z;
         }
-        if (sum != total) none("split sizes that do not add up to the dimension");
+        if (sum != total) damaged("split sizes that do not add up to the dimension");
         Val t;
         t.k = Val::K::Tuple;
         if (sizes.size() == 1) {
@@ -1289,7 +1339,7 @@ private:
     Val finishTarget(const Val& v) {
         const auto width = T(v.w).shape[1];
         const auto& shape = resultShape();
-        if (shape != v.shape) none("the gathered logits are annotated " + shapeToString(shape) + " but are " + shapeToString(v.shape));
+        if (shape != v.shape) damaged("the gathered logits are annotated " + shapeToString(shape) + " but are " + shapeToString(v.shape));
         int ids = v.ids;
         if (T(ids).shape != shape) ids = emit("view", {ids}, shape, true, json::object(), "labels");
         int logits = v.w;

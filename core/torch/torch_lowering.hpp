@@ -80,6 +80,8 @@ struct LoweredProgram {
     std::vector<Unsupported> unsupported;
     /// What the lowering assumed that the graphs do not say (each once).
     std::vector<std::string> assumptions;
+    /// The first place a graph contradicts itself ("FILE:LINE: node: why"), or "": a damaged pair.
+    std::string damaged;
     std::vector<std::vector<int>> inputs;               ///< per rank: tensor of each graph input (-1: none)
     std::vector<std::vector<LoweredOutput>> outputs;    ///< per rank
     int ranks = 1;

@@ -291,6 +291,8 @@ TorchPairLoad loadTorchPairUnguarded(const std::string& logicalPath, const std::
         return fail(Verdict::Invalid, FailureKind::InvalidPlan, e.what());
     }
     for (const auto* side : {&L, &P})
+        if (!side->damaged.empty()) return fail(Verdict::Invalid, FailureKind::InvalidPlan, "a damaged graph: " + side->damaged);
+    for (const auto* side : {&L, &P})
         for (const auto& a : side->assumptions)
             if (std::find(out.notes.begin(), out.notes.end(), "assumed: " + a) == out.notes.end()) out.notes.push_back("assumed: " + a);
     // Vocabulary parts cover at least the logical vocabulary (the ids are assumed to lie in it).
