@@ -411,10 +411,9 @@ private:
 
     /// Whether [lo, hi) of `t` along `dim` lies inside one input of the concat making t: that
     /// input, and the range in it.
-    bool inside(int t, std::size_t dim, std::int64_t lo, std::int64_t hi, const std::vector<LoweredOp>& out, int& from, std::int64_t& at) const {
+    bool inside(int t, std::size_t dim, std::int64_t lo, std::int64_t hi, int& from, std::int64_t& at) const {
         const int prod = p_.tensors[static_cast<std::size_t>(t)].producer;
         if (prod < 0) return false;
-        (void)out;
         const auto& c = p_.ops[static_cast<std::size_t>(prod)];
         if (c.kind != "concat" || c.attrs.value("dim", std::size_t{0}) != dim) return false;
         std::int64_t off = 0;
@@ -446,7 +445,7 @@ private:
         std::vector<int> from(ranges.size());
         std::vector<std::int64_t> at(ranges.size());
         for (std::size_t j = 0; j < ranges.size(); ++j)
-            if (!inside(op.inputs[0], dim, ranges[j].first, ranges[j].second, out, from[j], at[j])) return false;
+            if (!inside(op.inputs[0], dim, ranges[j].first, ranges[j].second, from[j], at[j])) return false;
         for (std::size_t j = 0; j < ranges.size(); ++j) {
             const int o = op.outputs[j];
             const auto e = ranges[j].second - ranges[j].first;
