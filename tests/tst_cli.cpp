@@ -264,20 +264,24 @@ private slots:
         QStringList args{"verify", "--logical", dir + pair["logical"].toString(), "--parallel"};
         for (const auto& r : pair["ranks"].toArray()) args << dir + r.toString();
         if (pair.contains("relations")) args << "--relations" << QStringLiteral(TV_SOURCE_DIR "/resources/torch-relations/") + pair["relations"].toString();
-        auto text = trainverify(args);
-        auto json = trainverify(args + QStringList{"--json", "-"});
+        // One run gives both the printed report and the JSON one (written to a file).
+        QTemporaryDir tmp;
+        const QString report = tmp.filePath("report.json");
+        auto text = trainverify(args + QStringList{"--json", report});
         const auto verdict = pair["verdict"].toString();
         const int code = verdict == "equivalent" ? 0 : verdict == "not_equivalent" ? 1 : 2;
         QVERIFY2(text.exitCode == code, qPrintable(QString("exit %1\n").arg(text.exitCode) + text.out + text.err));
-        QCOMPARE(json.exitCode, code);
-        auto j = QJsonDocument::fromJson(json.out.toUtf8()).object();
+        QFile rf(report);
+        QVERIFY(rf.open(QIODevice::ReadOnly));
+        const QByteArray reportText = rf.readAll();
+        auto j = QJsonDocument::fromJson(reportText).object();
         QCOMPARE(j["verdict"].toString(), verdict);
         QCOMPARE(j["torch"].toObject()["ranks"].toArray().size(), pair["ranks"].toArray().size());
         if (code == 1) {
             QVERIFY2(text.out.contains("at parallel op " + pair["op"].toString()), qPrintable(text.out));
             QVERIFY2(text.out.section("  source ", 1, 1).section('\n', 0, 0).contains(pair["source"].toString()), qPrintable(text.out));
         }
-        if (code == 2) QVERIFY2(!j["failure"].toObject()["message"].toString().isEmpty(), qPrintable(json.out));
+        if (code == 2) QVERIFY2(!j["failure"].toObject()["message"].toString().isEmpty(), reportText.constData());
     }
 
     // What cannot be one PyTorch program, or a relations file that does not fit, is exit 3 with
@@ -440,7 +444,16 @@ private slots:
         QTest::newRow("qwen2 key and value swapped") << "qwen2" << "1" << "key = view_5, value = view_6" << "key = view_6, value = view_5"
                                                      << "auto_functionalized_2.key.by_head@r1" << "layer.py:190";
     }
+    // The sanitizer run (TV_SKIP_HEAVY_TESTS) looks for memory errors, not for verdicts the
+    // optimised run checks on every row: there, one bug per model runs (the same reading,
+    // lowering, inference and diagnosis code as the others).
+    static bool thinRow(const char* row) {
+        if (!qEnvironmentVariableIntValue("TV_SKIP_HEAVY_TESTS")) return false;
+        const QString r = QString::fromLatin1(row);
+        return r != "gpt loss mask ignored" && r != "qwen2 key and value swapped";
+    }
     void torchPairBugsAreCaught() {
+        if (thinRow(QTest::currentDataTag())) QSKIP("TV_SKIP_HEAVY_TESTS is set (the sanitizer run): this row runs in the optimised build");
         QFETCH(QString, model);
         QFETCH(QString, ranks);
         QFETCH(QString, from);
@@ -477,7 +490,10 @@ private slots:
         const auto text = f.readAll();
         QVERIFY(text.contains("\"source\"") && text.contains("megatron/core/tensor_parallel/layers.py"));
         QCOMPARE(trainverify({"verify", plan}).exitCode, 0);
-        for (const char* bug : {"tp-allreduce-dropped", "tp-allreduce-as-allgather", "norm-eps-one-rank", "norm-eps-all-tp-ranks", "vocab-ce-max-not-reduced"}) {
+        // (The sanitizer run, TV_SKIP_HEAVY_TESTS, injects two of them: the others run in the optimised build.)
+        std::vector<const char*> bugs{"tp-allreduce-dropped", "vocab-ce-max-not-reduced", "tp-allreduce-as-allgather", "norm-eps-one-rank", "norm-eps-all-tp-ranks"};
+        if (qEnvironmentVariableIntValue("TV_SKIP_HEAVY_TESTS")) bugs.resize(2);
+        for (const char* bug : bugs) {
             auto m = trainverify({"mutate", plan, "--bug", bug, "-o", tmp.filePath("m.json"), "--verify", "--timeout", "300"});
             QVERIFY2(m.exitCode == 0, qPrintable(QString(bug) + "\n" + m.out + m.err));
         }

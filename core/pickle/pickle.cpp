@@ -768,7 +768,11 @@ const std::string* Document::str(const Value& v) const {
 std::string Document::describe(const Value& v, int depth) const {
     constexpr std::size_t kMax = 256;
     auto clip = [&](std::string s) {
-        if (s.size() > kMax) s = s.substr(0, kMax - 3) + "...";
+        if (s.size() > kMax) {
+            // (resize and append rather than substr + "...": GCC 12 warns falsely, -Warray-bounds, on the latter)
+            s.resize(kMax - 3);
+            s += "...";
+        }
         return s;
     };
     switch (v.kind) {

@@ -360,8 +360,10 @@ TorchPairLoad loadTorchPairUnguarded(const std::string& logicalPath, const std::
     // relations file says how many there are. Anywhere else a position one side lacks is unchecked.
     const auto& lout = L.outputs.at(0);
     std::string inconclusive;
+    std::vector<std::string> whyUnchecked;  // each unchecked output's reason, said in the report
     auto note = [&](const std::string& why) {
         if (inconclusive.empty()) inconclusive = why;
+        whyUnchecked.push_back(why);
     };
     std::size_t required = lout.size();
     bool countsDiffer = false;
@@ -659,7 +661,7 @@ TorchPairLoad loadTorchPairUnguarded(const std::string& logicalPath, const std::
     }
     out.planJson = std::move(plan);
     out.plan = std::move(res.plan);
-    if (!inconclusive.empty()) out.notes.push_back(inconclusive);
+    for (const auto& why : whyUnchecked) out.notes.push_back(why);
     out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return out;
 }
