@@ -19,6 +19,7 @@ SymAlgebra::SymAlgebra(z3::context& ctx)
       fSigmoid(z3::function("sigmoid", ctx.real_sort(), ctx.real_sort())),
       fTanh(z3::function("tanh", ctx.real_sort(), ctx.real_sort())),
       fErf(z3::function("erf", ctx.real_sort(), ctx.real_sort())),
+      fTrunc(z3::function("trunc", ctx.real_sort(), ctx.real_sort())),
       fPow(z3::function("pow", ctx.real_sort(), ctx.real_sort(), ctx.real_sort())),
       fInv(z3::function("inv", ctx.real_sort(), ctx.real_sort())),
       piConst(ctx.real_const("%pi")) {}
@@ -289,6 +290,8 @@ PreciseValue evaluateTermWithError(const z3::expr& root, const std::function<Pre
                     else if (name == "sigmoid") r = monotonic([](long double x) { return 1.0L / (1.0L + std::exp(-x)); }, a[0], -inf);
                     else if (name == "tanh") r = monotonic([](long double x) { return std::tanh(x); }, a[0], -inf);
                     else if (name == "erf") r = monotonic([](long double x) { return std::erf(x); }, a[0], -inf);
+                    // Non-decreasing, so its move over [x - e, x + e] bounds it: 0 when no integer lies within the error.
+                    else if (name == "trunc") r = monotonic([](long double x) { return std::trunc(x); }, a[0], -inf);
                     else if (name == "inv") {
                         r.value = 1.0L / a[0].value;
                         const long double room = std::abs(a[0].value) - a[0].error;

@@ -56,6 +56,7 @@ struct NumAlgebra {
     S sigmoid(S a) const { return 1.0 / (1.0 + std::exp(-a)); }
     S tanh(S a) const { return std::tanh(a); }
     S erf(S a) const { return std::erf(a); }
+    S trunc(S a) const { return std::trunc(a); }
     S pi() const { return M_PI; }
     S powUf(S a, const Rational& e) const { return std::pow(a, e.toDouble()); }
     B ge(S a, S b) const { return a >= b; }

@@ -72,7 +72,7 @@ OpDims operatorDims(std::string_view kindName, const nlohmann::json& a, const st
     static const std::set<std::string> kElementwise = {
         "add", "sub", "mul", "div", "add_scalar", "mul_scalar", "div_sqrt", "pow", "neg", "exp", "log", "sqrt", "rsqrt",
         "sigmoid", "tanh", "erf", "relu", "silu", "gelu", "identity", "relu_backward", "sigmoid_backward",
-        "tanh_backward", "silu_backward", "gelu_backward", "erf_backward", "dropout", "sgd", "adamw", "zeros_like", "clip_coeff"};
+        "tanh_backward", "silu_backward", "gelu_backward", "erf_backward", "dropout", "sgd", "adamw", "zeros_like", "clip_coeff", "trunc"};
     if (kElementwise.count(k)) return elementwise(in, out);
     OpDims d;
     if (k == "linear") {

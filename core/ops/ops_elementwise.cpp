@@ -78,6 +78,7 @@ TV_UNARY(FRsqrt, return alg.rsqrt(x);)
 TV_UNARY(FSigmoid, return alg.sigmoid(x);)
 TV_UNARY(FTanh, return alg.tanh(x);)
 TV_UNARY(FErf, return alg.erf(x);)
+TV_UNARY(FTrunc, return alg.trunc(x);)
 TV_UNARY(FRelu, return alg.ite(alg.gt(x, alg.zero()), x, alg.zero());)
 // Global-norm gradient clipping's factor, as torch.nn.utils.clip_grad_norm_ computes it:
 // min(1, max_norm / (norm + eps)).
@@ -279,6 +280,9 @@ void registerElementwise(OpTable& t) {
     unary(t, "tanh", FTanh{}, vjpUnaryBackward<kTanhBw>, "tanh(x) (uninterpreted)");
     unary(t, "erf", FErf{}, vjpUnaryBackward<kErfBw>, "erf(x) (uninterpreted)");
     unary(t, "relu", FRelu{}, vjpUnaryBackward<kReluBw>, "max(x, 0)");
+    // A cast of a floating-point value to an integer type (PyTorch's .int(), .long()): the integer
+    // is carried as a real number. No backward: casts to integers carry no gradient.
+    unary(t, "trunc", FTrunc{}, nullptr, "x rounded toward zero (a cast to an integer type; uninterpreted)");
     {
         unary(t, "clip_coeff", FClipCoeff{}, nullptr, "min(1, max_norm / (x + eps)): the gradient clipping factor of a global norm x",
               {"max_norm"});

@@ -60,7 +60,7 @@ struct SymAlgebra {
     explicit SymAlgebra(z3::context& ctx);
 
     z3::context& c;
-    z3::func_decl fExp, fLog, fSqrt, fRsqrt, fSigmoid, fTanh, fErf, fPow, fInv;
+    z3::func_decl fExp, fLog, fSqrt, fRsqrt, fSigmoid, fTanh, fErf, fTrunc, fPow, fInv;
     z3::expr piConst;
 
     S num(const Rational& r) const;
@@ -82,6 +82,8 @@ struct SymAlgebra {
     S sigmoid(const S& a) const { return fSigmoid(a); }
     S tanh(const S& a) const { return fTanh(a); }
     S erf(const S& a) const { return fErf(a); }
+    /// Rounding toward zero (a cast to an integer type): uninterpreted, like the functions above.
+    S trunc(const S& a) const { return fTrunc(a); }
     S pi() const { return piConst; }
     S powUf(const S& a, const Rational& e) const { return fPow(a, num(e)); }
     B ge(const S& a, const S& b) const { return a >= b; }

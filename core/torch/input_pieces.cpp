@@ -29,7 +29,7 @@ std::string tagged(const std::string& name, const std::string& tag) {
 
 bool distributesElementwise(const std::string& k) {
     static const std::set<std::string> unary = {"neg", "add_scalar", "mul_scalar", "div_sqrt", "exp", "log", "sqrt", "rsqrt", "tanh",
-                                                "sigmoid", "relu", "silu", "erf", "gelu", "identity", "pow"};
+                                                "sigmoid", "relu", "silu", "erf", "gelu", "identity", "pow", "trunc"};
     return unary.count(k) > 0;
 }
 bool binaryElementwise(const std::string& k) { return k == "add" || k == "sub" || k == "mul" || k == "div"; }
@@ -337,13 +337,33 @@ private:
 /// Slices and splits of a concatenation that read inside one of its inputs read that input.
 class CopyForwarding {
 public:
-    explicit CopyForwarding(LoweredProgram& p) : p_(p) {}
+    CopyForwarding(LoweredProgram& p, bool mergeRepeatedCalls) : p_(p), merge_(mergeRepeatedCalls) {}
     void run() {
         std::vector<LoweredOp> out;
         out.reserve(p_.ops.size());
+        std::map<std::string, std::vector<int>> calls;  // a call (kind, attributes, inputs) -> its outputs
         for (auto& op : p_.ops) {
             for (auto& t : op.inputs) t = resolve(t);  // in place: a later slice reads its concat's inputs resolved
             if ((op.kind == "slice" || op.kind == "split") && op.inputs.size() == 1 && forward(op, out)) continue;
+            if (merge_ && !op.inputs.empty() && op.group.empty()) {
+                // The same call on the same tensors gives the same values (every operator is a
+                // function of its inputs and attributes; a dropout's mask is an input of its own):
+                // its results are the first call's. A graph that views one tensor twice then has
+                // one view, and an op reading either is paired with the same single-device op.
+                std::string key = op.kind + "|" + op.attrs.dump();
+                for (int t : op.inputs) key += "|" + std::to_string(t);
+                auto [it, fresh] = calls.try_emplace(key, op.outputs);
+                if (!fresh && it->second.size() == op.outputs.size()) {
+                    bool sameShapes = true;
+                    for (std::size_t k = 0; k < op.outputs.size(); ++k)
+                        sameShapes = sameShapes && p_.tensors[static_cast<std::size_t>(op.outputs[k])].shape ==
+                                                       p_.tensors[static_cast<std::size_t>(it->second[k])].shape;
+                    if (sameShapes) {
+                        for (std::size_t k = 0; k < op.outputs.size(); ++k) alias_[op.outputs[k]] = it->second[k];
+                        continue;
+                    }
+                }
+            }
             out.push_back(op);
         }
         for (auto& outs : p_.outputs)
@@ -402,6 +422,7 @@ public:
 
 private:
     LoweredProgram& p_;
+    bool merge_ = false;
     std::map<int, int> alias_;
 
     int resolve(int t) const {
@@ -467,7 +488,7 @@ private:
 
 }  // namespace
 
-void forwardCopies(LoweredProgram& program) { CopyForwarding(program).run(); }
+void forwardCopies(LoweredProgram& program, bool mergeRepeatedCalls) { CopyForwarding(program, mergeRepeatedCalls).run(); }
 
 std::vector<std::vector<int>> splitInputPieces(LoweredProgram& program, const std::vector<InputPieces>& declared) {
     if (declared.empty()) return {};

@@ -32,6 +32,9 @@ std::vector<std::vector<int>> splitInputPieces(LoweredProgram& program, const st
 /// A slice or split of a concatenation whose range lies inside one of its inputs reads that input
 /// (the input itself when the range is all of it): exact, and it keeps a stage that needs one
 /// part of a concatenation (a slice_scatter's result split again) from reaching the others.
-void forwardCopies(LoweredProgram& program);
+/// With `mergeRepeatedCalls`, a call repeated on the same tensors (kind, attributes, inputs) is
+/// dropped and its results read the first call's (the single device's program: a value then has
+/// one name for inference to pair with).
+void forwardCopies(LoweredProgram& program, bool mergeRepeatedCalls);
 
 }  // namespace tv::torch

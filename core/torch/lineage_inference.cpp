@@ -71,7 +71,7 @@ bool isLinearUnary(const std::string& k) { return k == "neg" || k == "mul_scalar
 bool isElementwise(const std::string& k) {
     static const std::set<std::string> e = {"add", "sub", "mul", "div", "neg", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "silu", "erf",
                                             "gelu", "add_scalar", "mul_scalar", "pow", "dropout", "gelu_backward", "silu_backward", "relu_backward",
-                                            "sigmoid_backward", "tanh_backward", "erf_backward", "identity", "div_sqrt"};
+                                            "sigmoid_backward", "tanh_backward", "erf_backward", "identity", "div_sqrt", "trunc"};
     return e.count(k) > 0;
 }
 bool isUnaryBackward(const std::string& k) {
@@ -739,6 +739,73 @@ bool LineageInference::transfer(const LoweredOp& l, const LoweredOp& p, std::vec
             return false;
         }
         set(out, r);
+    } else if (k == "one_hot") {
+        // labels -> [labels..., C]: a vocabulary part holds the columns of its range, exactly
+        // (a label elsewhere is 0 in every column here, as it is in these columns on the single device).
+        if (in.kind != K::Exact || !in.coeff.isOne()) return false;
+        const auto C = lshape(lout).back();
+        auto dims = in.dims;
+        if (p.attrs.contains("parts")) {
+            const auto width = pshape(out).back();
+            const auto index = p.attrs.at("index").get<std::int64_t>();
+            if ((index + 1) * width > C) return false;
+            dims.push_back({Factor{C, index * width, (index + 1) * width}});
+        } else {
+            dims.push_back({Factor{C, 0, C}});
+        }
+        Relation r;
+        r.logical = lout;
+        r.dims = dims;
+        set(out, r);
+    } else if (k == "embedding_backward") {
+        // (ids, dy) -> [V, H]: every token here (rows whole); a vocabulary part holds the rows of
+        // its range exactly (the sums over the tokens of each of its ids), the columns as dy's.
+        const auto* dy = ins[1];
+        if (!dy || in.kind != K::Exact || !in.coeff.isOne() || dy->kind != K::Exact || dy->dims.size() != in.dims.size() + 1) return false;
+        for (std::size_t d = 0; d < in.dims.size(); ++d)
+            if (!in.full(d) || dy->dims[d] != in.dims[d]) return false;
+        const auto V = lshape(lout)[0];
+        FactoredDim rows = {Factor{V, 0, V}};
+        if (p.attrs.contains("parts")) {
+            const auto width = pshape(out)[0];
+            const auto index = p.attrs.at("index").get<std::int64_t>();
+            if ((index + 1) * width > V) return false;
+            rows = {Factor{V, index * width, (index + 1) * width}};
+        }
+        Relation r;
+        r.logical = lout;
+        r.coeff = dy->coeff;
+        r.dims = {rows, dy->dims.back()};
+        set(out, r);
+    } else if (k == "layernorm_backward" || k == "rmsnorm_backward") {
+        // (x, w, dy) -> (dx, dw[, db]): x and dy the same rows, each row whole; w whole. dx holds
+        // those rows; dw and db sum over rows: whole when every row is here, else a partial sum
+        // over the rows of the one dim that is cut.
+        const auto* w = ins[1];
+        const auto* dy = ins[2];
+        if (!w || !dy || in.kind != K::Exact || !in.coeff.isOne() || dy->kind != K::Exact || dy->dims != in.dims || in.dims.empty()) return false;
+        if (w->kind != K::Exact || !w->coeff.isOne()) return false;
+        for (std::size_t d = 0; d < w->dims.size(); ++d)
+            if (!w->full(d)) return false;
+        const auto last = in.dims.size() - 1;
+        if (!in.full(last)) return false;
+        set(out, like(*dy, lout, dy->dims));
+        std::vector<std::size_t> cut;
+        for (std::size_t d = 0; d < last; ++d)
+            if (!in.full(d)) cut.push_back(d);
+        if (cut.size() > 1 || (cut.size() == 1 && !in.plain(cut[0]))) return rel_[static_cast<std::size_t>(out)].has_value();
+        for (std::size_t j = 1; j < l.outputs.size() && j < p.outputs.size(); ++j) {
+            Relation r;
+            r.logical = l.outputs[j];
+            r.dims = wholeDims(lshape(l.outputs[j]));
+            r.coeff = dy->coeff;
+            if (!cut.empty()) {
+                const auto d = cut[0];
+                r.kind = K::Partial;
+                r.pieces = {Piece{k + " " + l.name + " rows dim " + std::to_string(d), in.lo(d), in.hi(d), lshape(l.inputs[0])[d]}};
+            }
+            set(p.outputs[j], r);
+        }
     } else if (k == "target_logit") {
         const auto* y = ins[1];
         if (in.dims.empty()) return false;

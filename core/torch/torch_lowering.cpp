@@ -34,7 +34,13 @@ struct Val {
         None, Tensor, Tuple, Unsupported, Undefined, Number, Constant,
         IdsBelow, IdsAtOrAbove, IdsOutOfRange, IdsShift, MaskedIds, PendingEmbedding, Arange, PendingTarget, LayerNormStats,
         // vLLM's arithmetic form of the vocabulary mask: [s <= ids < e], c·[s <= ids < e], ids − c·[s <= ids < e]
-        IdsInRange, RangeScaled, IdsMinusRange
+        IdsInRange, RangeScaled, IdsMinusRange,
+        // Megatron's cross-entropy backward: target_mask.float(), 1 − that, and the gathered
+        // softmax minus it (written back at the targets)
+        OutOfRangeOnes, InRangeOnes, TargetMinusInRange,
+        // the backward of the vocabulary-parallel embedding: the gradient with the rows of ids in
+        // other parts zeroed, waiting for embedding_dense_backward by the masked ids
+        RowsOfOtherPartsZeroed
     };
     K k = K::None;
     int t = -1;                      ///< Tensor; LayerNormStats: its input
@@ -44,8 +50,8 @@ struct Val {
     bool integral = false;           ///< Number: written as an integer
     int ids = -1;                    ///< the vocabulary ids an idiom is about (a tensor, before any view)
     std::int64_t s = 0, e = 0;       ///< the vocabulary range [s, e)
-    int w = -1;                      ///< PendingEmbedding: the weight; PendingTarget: the logits [N, C]
-    std::vector<std::int64_t> shape; ///< MaskedIds, PendingTarget, IdsOutOfRange: the current shape
+    int w = -1;                      ///< PendingEmbedding: the weight; PendingTarget, TargetMinusInRange: the logits [N, C]; RowsOfOtherPartsZeroed: the gradient
+    std::vector<std::int64_t> shape; ///< MaskedIds, PendingTarget, IdsOutOfRange and the *Ones forms: the current shape
     std::int64_t n = 0;              ///< Arange: its length
     Rational eps;                    ///< LayerNormStats
 };
@@ -459,11 +465,20 @@ private:
         }
         if (is({"aten._to_copy.default"})) {
             auto v = argVal(0, "self");
+            const auto to = cur().type ? valueClass(cur().type->dtype) : ValueClass::Floating;
+            if (v.k == Val::K::IdsOutOfRange && to == ValueClass::Floating) {
+                // Megatron: `target_mask.view(-1).float()`, 1.0 where the id is in another part
+                v.k = Val::K::OutOfRangeOnes;
+                return v;
+            }
             if (v.k != Val::K::Tensor) return v.k == Val::K::Unsupported ? v : unsupported("a cast of " + describeKind(v.k));
             // Within a class (floating, integer, boolean) a cast keeps the value: floats are exact
-            // reals (docs/soundness.md). Across classes it does not (truncation, x != 0).
+            // reals (docs/soundness.md). A floating value cast to an integer type is rounded toward
+            // zero (trunc: Megatron's token count, `loss_mask.sum().int()`); other casts across
+            // classes (to or from booleans, integers to floats) are not followed yet.
             const auto from = valueClass(cur().args.empty() || !cur().args[0].isNode() ? DType::F32 : typeOf(cur().args[0].node));
-            const auto to = cur().type ? valueClass(cur().type->dtype) : from;
+            if (from == ValueClass::Floating && to == ValueClass::Integer && !T(v.t).isInt)
+                return tensor(emit("trunc", {v.t}, resultShape(), false));
             if (from != to) none("a cast between " + std::string(className(from)) + " and " + className(to) + " values");
             return alias(v.t);
         }
@@ -528,6 +543,15 @@ private:
         if (is({"aten.add.Tensor", "aten.sub.Tensor"})) return lowerAddSub(f == "aten.sub.Tensor");
         if (is({"aten.rsub.Scalar"})) {
             // other − alpha·self
+            if (auto m = argVal(0, "self"); m.k == Val::K::OutOfRangeOnes) {
+                // Megatron: `1.0 - target_mask.view(-1).float()`
+                auto s = argVal(1, "other");
+                auto alpha = argVal(2, "alpha");
+                if (s.k != Val::K::Number || !s.num.isOne() || (alpha.k != Val::K::None && !(alpha.k == Val::K::Number && alpha.num.isOne())))
+                    none("arithmetic on a vocabulary mask outside Megatron's cross-entropy backward");
+                m.k = Val::K::InRangeOnes;
+                return m;
+            }
             int x = tensorArg(0, "self");
             auto s = argVal(1, "other");
             auto alpha = argVal(2, "alpha");
@@ -656,6 +680,19 @@ private:
             return tensor(emit("embedding", {ids, w}, resultShape(), false));
         }
         if (is({"aten.embedding_dense_backward.default"})) {
+            if (auto g = argVal(0, "grad_output"); g.k == Val::K::RowsOfOtherPartsZeroed) {
+                // Megatron's vocabulary-parallel embedding backward: the gradient rows of this
+                // part's ids, summed into the rows of the part (those of other ids are 0, at row 0).
+                auto m = argVal(1, "indices");
+                const auto width = intArg(2, "num_weights", 0);
+                if (const auto* pi = arg(3, "padding_idx"); pi && pi->kind == Value::Kind::Int && pi->i != -1) none("an embedding with a padding index");
+                if (const auto* sg = arg(4, "scale_grad_by_freq"); sg && sg->kind == Value::Kind::Bool && sg->b) none("scale_grad_by_freq");
+                if (m.k != Val::K::MaskedIds || m.ids != g.ids || m.s != g.s || m.e != g.e || m.shape != g.shape || width != g.e - g.s)
+                    none("an embedding backward of a masked gradient outside Megatron's vocabulary-parallel embedding");
+                int ids = g.ids;
+                if (T(ids).shape != g.shape) ids = emit("view", {ids}, g.shape, true, json::object(), "ids");
+                return tensor(emit("embedding_backward", {ids, g.w}, resultShape(), false, vocabPart(g.s, width)));
+            }
             int dy = tensorArg(0, "grad_output"), ids = tensorArg(1, "indices");
             if (const auto* pi = arg(3, "padding_idx"); pi && pi->kind == Value::Kind::Int && pi->i != -1) none("an embedding with a padding index");
             if (const auto* sg = arg(4, "scale_grad_by_freq"); sg && sg->kind == Value::Kind::Bool && sg->b) none("scale_grad_by_freq");
@@ -676,6 +713,40 @@ private:
             stats.eps = eps.num;
             t.items.push_back(stats);
             t.items.push_back(stats);
+            return t;
+        }
+        if (is({"aten.zeros.default"})) {
+            // A zero of no dims (the value Megatron writes into masked rows): the number 0.
+            // Zeros of a shape are no tensor the lowering can make yet.
+            if (!intsArg(0, "size").empty()) none("zeros of a shape (only a 0-dim zero is followed)");
+            Val v;
+            v.k = Val::K::Number;
+            v.num = Rational(0);
+            return v;
+        }
+        if (is({"apex.fused_layer_norm_affine_bwd.default"})) {
+            // (grad_output, mean, invvar, input, normalized_shape, weight, bias, eps[, memory_efficient])
+            // -> (grad_input, grad_weight, grad_bias), from the statistics of the same input.
+            int dy = tensorArg(0, "grad_output");
+            auto mean = argVal(1, "mean"), invvar = argVal(2, "invvar");
+            int x = tensorArg(3, "input_or_output");
+            auto ns = intsArg(4, "normalized_shape");
+            int w = tensorArg(5, "weight");
+            tensorArg(6, "bias");
+            auto eps = argVal(7, "eps");
+            if (const auto* me = arg(8, "memory_efficient"); me && me->kind == Value::Kind::Bool && me->b)
+                none("a memory-efficient layer-norm backward (from the output, not the input)");
+            if (ns.size() != 1 || T(x).shape.empty() || ns[0] != T(x).shape.back()) none("a layer norm over more than the last dimension");
+            if (eps.k != Val::K::Number) none("an epsilon that is not a number");
+            for (const auto* s : {&mean, &invvar})
+                if (s->k != Val::K::LayerNormStats || s->t != x || s->eps != eps.num)
+                    none("a layer-norm backward whose saved statistics are not its input's (with its epsilon)");
+            if (T(dy).shape != T(x).shape) damaged("the gradient " + shapeToString(T(dy).shape) + " and the input " + shapeToString(T(x).shape) + " of a layer-norm backward differ");
+            const auto xs = T(x).shape, ws = T(w).shape;
+            auto outs = emitMulti("layernorm_backward", {x, w, dy}, {xs, ws, ws}, {{"eps", rat(eps.num)}});
+            Val t;
+            t.k = Val::K::Tuple;
+            for (int o : outs) t.items.push_back(tensor(o));
             return t;
         }
         if (is({"aten.lt.Scalar", "aten.ge.Scalar"})) {
@@ -963,8 +1034,13 @@ private:
     Val lowerView() {
         auto v = argVal(0, "self");
         const auto& shape = resultShape();
-        checkViewCall(v.k == Val::K::Tensor ? &T(v.t).shape : (v.k == Val::K::IdsOutOfRange || v.k == Val::K::MaskedIds || v.k == Val::K::PendingTarget) ? &v.shape : nullptr,
-                      shape);
+        const bool shaped = v.k == Val::K::IdsOutOfRange || v.k == Val::K::MaskedIds || v.k == Val::K::PendingTarget || v.k == Val::K::OutOfRangeOnes ||
+                            v.k == Val::K::InRangeOnes;
+        checkViewCall(v.k == Val::K::Tensor ? &T(v.t).shape : shaped ? &v.shape : nullptr, shape);
+        if ((v.k == Val::K::OutOfRangeOnes || v.k == Val::K::InRangeOnes) && numel(v.shape) == numel(shape) && !v.shape.empty()) {
+            v.shape = shape;  // one value per id, in the ids' order
+            return v;
+        }
         if (v.k == Val::K::IdsOutOfRange && numel(v.shape) == numel(shape) && !v.shape.empty()) {
             v.shape = shape;  // `input_mask.unsqueeze(-1)`
             return v;
@@ -1150,6 +1226,14 @@ private:
             if (zero(a)) return b;
             none("a sum of two vocabulary offsets, neither of them 0");
         }
+        if (a.k == Val::K::PendingTarget && b.k == Val::K::InRangeOnes) {
+            // Megatron's cross-entropy backward: the softmax at each target (column 0 where the
+            // target is in another part) minus 1 where it is in this part; written back below.
+            if (!isSub || !alpha.isOne() || a.ids != b.ids || a.s != b.s || a.e != b.e || a.shape != b.shape)
+                none("a gathered logit and a vocabulary mask outside Megatron's cross-entropy backward");
+            a.k = Val::K::TargetMinusInRange;
+            return a;
+        }
         if (a.k == Val::K::Tensor && T(a.t).isInt && b.k == Val::K::RangeScaled && isSub && alpha.isOne() && b.ids == a.t) {
             auto v = idsMask(Val::K::IdsMinusRange, a.t, b.s, b.e);
             v.num = b.num;
@@ -1246,9 +1330,31 @@ private:
         auto base = argVal(0, "self");
         const auto* idx = arg(1, "indices");
         auto value = argVal(2, "values");
-        if (!idx || !idx->isList() || idx->items.size() != 1) none("an index_put with other than one index");
+        if (!idx || !idx->isList() || (idx->items.size() != 1 && idx->items.size() != 2)) none("an index_put with other than one or two indices");
         if (const auto* acc = arg(3, "accumulate"); acc && !(acc->kind == Value::Kind::Bool && !acc->b) && acc->kind != Value::Kind::None)
             none("an index_put that accumulates");
+        if (idx->items.size() == 2) {
+            // Megatron's cross-entropy backward, `grad_2d[arange_1d, masked_target_1d] -=
+            // softmax_update` written as x[rows, t] = x[rows, t] − [t in this part]: x minus the
+            // one-hot of the targets in this vocabulary part. Exact: every row is written once (the
+            // arange), at its target's column when the target is here (less 1) and at column 0,
+            // unchanged, when it is not.
+            const auto& r = valOf(idx->items[0]);
+            const auto& c = valOf(idx->items[1]);
+            if (base.k == Val::K::Unsupported) return base;
+            if (value.k == Val::K::Unsupported) return value;
+            if (base.k == Val::K::Tensor && value.k == Val::K::TargetMinusInRange && r.k == Val::K::Arange && c.k == Val::K::MaskedIds) {
+                const auto xs = T(base.t).shape;
+                if (value.w == base.t && value.ids == c.ids && value.s == c.s && value.e == c.e && value.shape == c.shape && xs.size() == 2 &&
+                    c.shape.size() == 1 && c.shape[0] == xs[0] && r.n == xs[0] && c.e - c.s == xs[1]) {
+                    int labels = c.ids;
+                    if (T(labels).shape != c.shape) labels = emit("view", {labels}, c.shape, true, json::object(), "labels");
+                    int hot = emit("one_hot", {labels}, xs, false, vocabPart(c.s, xs[1]), "one_hot");
+                    return tensor(emit("sub", {base.t, hot}, resultShape(), false));
+                }
+            }
+            none("an index_put at two indices outside Megatron's cross-entropy backward");
+        }
         const auto& mask = valOf(idx->items[0]);
         if (base.k == Val::K::Unsupported) return base;
         if (value.k == Val::K::Unsupported) return value;
@@ -1274,6 +1380,15 @@ private:
                 v.s = mask.s;
                 v.e = mask.e;
                 v.shape = T(ids).shape;
+                return v;
+            }
+            // The backward of `output_parallel[input_mask, :] = 0.0`: the gradient's rows of ids in
+            // other parts zeroed, for the embedding backward by the masked ids that follows.
+            if (base.k == Val::K::Tensor && !T(base.t).isInt && mask.shape == T(mask.ids).shape && T(base.t).shape.size() == mask.shape.size() + 1 &&
+                std::equal(mask.shape.begin(), mask.shape.end(), T(base.t).shape.begin())) {
+                auto v = idsMask(Val::K::RowsOfOtherPartsZeroed, mask.ids, mask.s, mask.e);
+                v.w = base.t;
+                v.shape = mask.shape;
                 return v;
             }
             // output_parallel[input_mask, :] = 0.0: the rows of other parts zeroed.

@@ -325,8 +325,8 @@ TorchPairLoad loadTorchPairUnguarded(const std::string& logicalPath, const std::
             declared.push_back(d);
         }
     }
-    forwardCopies(L);
-    forwardCopies(P);
+    forwardCopies(L, true);  // the single device's repeated calls merged: each value has one name to pair with
+    forwardCopies(P, false);
     const auto pieceTensors = splitInputPieces(P, declared);
 
     LineageInference inf(L, P);
