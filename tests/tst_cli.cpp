@@ -500,6 +500,17 @@ private slots:
         QTest::newRow("a q/k-norm backward with the other norm's statistics") << "" << "sum" << "(view_68, detach_44, detach_46, clone_23,"
                                                                      << "(view_68, detach_40, detach_42, clone_23," << 2 << ""
                                                                      << "statistics are not its input's";
+        // (Both once EQUIVALENT: the forward's two statistics were one value; a review, 2026-12-05.)
+        QTest::newRow("a layer-norm backward given the inverse variance as the mean") << "" << "sum" << "(wait_tensor_22, detach_34, detach_36,"
+                                                                                     << "(wait_tensor_22, detach_36, detach_34," << 2 << ""
+                                                                                     << "statistics are not its input's";
+        QTest::newRow("a layer-norm backward given the mean twice") << "" << "sum" << "(wait_tensor_22, detach_34, detach_36,"
+                                                                   << "(wait_tensor_22, detach_34, detach_34," << 2 << ""
+                                                                   << "statistics are not its input's";
+        // A cast whose dtype argument and annotation disagree is no capture: refused (exit 3).
+        QTest::newRow("a float cast annotated as an integer one") << "" << "sum" << "_to_copy.default(detach_32, dtype = torch.int32)"
+                                                                 << "_to_copy.default(detach_32, dtype = torch.float32)" << 3 << ""
+                                                                 << "a cast to floating-point values annotated as integer values";
     }
     void jointGraphsWithTheAllReducesRestored() {
         // (The sanitizer run, TV_SKIP_HEAVY_TESTS, runs the restored pair and one refusal: the
@@ -562,6 +573,8 @@ private slots:
         } else if (exit == 1) {
             QVERIFY2(v.out.contains("at parallel op " + op), qPrintable(v.out));
             QVERIFY2(v.out.section("  source ", 1, 1).section('\n', 0, 0).contains(source), qPrintable(v.out));
+        } else if (exit == 3) {
+            QVERIFY2(v.out.startsWith("INVALID") && v.out.contains(source), qPrintable(v.out));
         } else {
             // Off Megatron's idiom: INCONCLUSIVE naming the op, never a verdict about it.
             QVERIFY2(v.out.startsWith("INCONCLUSIVE") && (v.out + v.err).contains(source), qPrintable(v.out + v.err));

@@ -54,6 +54,7 @@ struct Val {
     std::vector<std::int64_t> shape; ///< MaskedIds, PendingTarget, IdsOutOfRange and the *Ones forms: the current shape
     std::int64_t n = 0;              ///< Arange: its length
     Rational eps;                    ///< LayerNormStats
+    int stat = -1;                   ///< LayerNormStats: 0 the mean, 1 the inverse variance
 };
 
 std::string numberText(double f) {
@@ -466,6 +467,9 @@ private:
         if (is({"aten._to_copy.default"})) {
             auto v = argVal(0, "self");
             const auto to = cur().type ? valueClass(cur().type->dtype) : ValueClass::Floating;
+            // The cast is to the type its dtype argument names; the annotation must say the same.
+            if (const auto* dt = cur().kwarg("dtype"); dt && dt->kind == Value::Kind::DType && cur().type && valueClass(dt->dtype) != to)
+                damaged("a cast to " + std::string(className(valueClass(dt->dtype))) + " values annotated as " + className(to) + " values");
             if (v.k == Val::K::IdsOutOfRange && to == ValueClass::Floating) {
                 // Megatron: `target_mask.view(-1).float()`, 1.0 where the id is in another part
                 v.k = Val::K::OutOfRangeOnes;
@@ -711,7 +715,9 @@ private:
             stats.k = Val::K::LayerNormStats;
             stats.t = x;
             stats.eps = eps.num;
+            stats.stat = 0;  // the mean
             t.items.push_back(stats);
+            stats.stat = 1;  // the inverse variance
             t.items.push_back(stats);
             return t;
         }
@@ -739,8 +745,8 @@ private:
             if (ns.size() != 1 || T(x).shape.empty() || ns[0] != T(x).shape.back()) none("a layer norm over more than the last dimension");
             if (eps.k != Val::K::Number) none("an epsilon that is not a number");
             for (const auto* s : {&mean, &invvar})
-                if (s->k != Val::K::LayerNormStats || s->t != x || s->eps != eps.num)
-                    none("a layer-norm backward whose saved statistics are not its input's (with its epsilon)");
+                if (s->k != Val::K::LayerNormStats || s->t != x || s->eps != eps.num || s->stat != (s == &mean ? 0 : 1))
+                    none("a layer-norm backward whose saved statistics are not its input's (its mean, then its inverse variance, with its epsilon)");
             if (T(dy).shape != T(x).shape) damaged("the gradient " + shapeToString(T(dy).shape) + " and the input " + shapeToString(T(x).shape) + " of a layer-norm backward differ");
             const auto xs = T(x).shape, ws = T(w).shape;
             auto outs = emitMulti("layernorm_backward", {x, w, dy}, {xs, ws, ws}, {{"eps", rat(eps.num)}});
@@ -1358,6 +1364,17 @@ private:
         const auto& mask = valOf(idx->items[0]);
         if (base.k == Val::K::Unsupported) return base;
         if (value.k == Val::K::Unsupported) return value;
+        // The backward of `output_parallel[input_mask, :] = 0.0`: the gradient's rows of ids in
+        // other parts zeroed, for the embedding backward by the masked ids that follows. Only a written
+        // 0 (a 0-dim zeros): the assumption below about constants is for the forward idioms.
+        if (mask.k == Val::K::IdsOutOfRange && value.k == Val::K::Number && value.num.isZero() && base.k == Val::K::Tensor && !T(base.t).isInt &&
+            mask.shape == T(mask.ids).shape && T(base.t).shape.size() == mask.shape.size() + 1 &&
+            std::equal(mask.shape.begin(), mask.shape.end(), T(base.t).shape.begin())) {
+            auto v = idsMask(Val::K::RowsOfOtherPartsZeroed, mask.ids, mask.s, mask.e);
+            v.w = base.t;
+            v.shape = mask.shape;
+            return v;
+        }
         if (mask.k == Val::K::IdsOutOfRange && value.k == Val::K::Constant) {
             // Megatron writes these constants as 0 (`masked_target[target_mask] = 0`,
             // `predicted_logits[target_mask] = 0.0`); the captured graphs do not carry their values.
@@ -1380,15 +1397,6 @@ private:
                 v.s = mask.s;
                 v.e = mask.e;
                 v.shape = T(ids).shape;
-                return v;
-            }
-            // The backward of `output_parallel[input_mask, :] = 0.0`: the gradient's rows of ids in
-            // other parts zeroed, for the embedding backward by the masked ids that follows.
-            if (base.k == Val::K::Tensor && !T(base.t).isInt && mask.shape == T(mask.ids).shape && T(base.t).shape.size() == mask.shape.size() + 1 &&
-                std::equal(mask.shape.begin(), mask.shape.end(), T(base.t).shape.begin())) {
-                auto v = idsMask(Val::K::RowsOfOtherPartsZeroed, mask.ids, mask.s, mask.e);
-                v.w = base.t;
-                v.shape = mask.shape;
                 return v;
             }
             // output_parallel[input_mask, :] = 0.0: the rows of other parts zeroed.
