@@ -261,6 +261,10 @@ private slots:
     }
     void verifyTorchPair() {
         QFETCH(QJsonObject, pair);
+        // (The sanitizer run, TV_SKIP_HEAVY_TESTS, reads and lowers the joint graphs in
+        // jointGraphsWithTheAllReducesRestored; their verdict here runs in the optimised build.)
+        if (qEnvironmentVariableIntValue("TV_SKIP_HEAVY_TESTS") && pair["logical"].toString().startsWith("bug_missing_layernorm_allreduce"))
+            QSKIP("TV_SKIP_HEAVY_TESTS is set (the sanitizer run): this pair runs in the optimised build");
         const QString dir = QStringLiteral(TV_SOURCE_DIR "/resources/torch-graphs/");
         QStringList args{"verify", "--logical", dir + pair["logical"].toString(), "--parallel"};
         for (const auto& r : pair["ranks"].toArray()) args << dir + r.toString();
