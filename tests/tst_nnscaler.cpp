@@ -12,6 +12,7 @@
 #include <set>
 
 #include "io/plan_json.hpp"
+#include "nnscaler/import_detail.hpp"
 #include "nnscaler/nnscaler_import.hpp"
 #include "nnscaler/nnscaler_pair.hpp"
 #include "nnscaler/nnscaler_plan.hpp"
@@ -405,14 +406,19 @@ private slots:
     }
 
     // A final claim the mapping cannot make (here the loss: the parallel sum's annotation no
-    // longer matches the logical one, so the operators do not align) leaves the pair
-    // INCONCLUSIVE however many stages are proven.
+    // longer matches the logical one, so the operators do not align, and the forward all-reduce
+    // that gives each rank the full loss to report is gone) leaves the pair INCONCLUSIVE however
+    // many stages are proven.
     void missingFinalClaimIsInconclusive() {
         const auto logical = load("mlp_mgener_dp1_pp1_tp1_nm1_gbs16_dim1024_ly2");
         auto parallel = load("mlp_mgener_dp1_pp1_tp2_nm1_gbs16_dim1024_ly2");
-        for (auto& [d, cells] : parallel.programs)
+        for (auto& [d, cells] : parallel.programs) {
             for (auto& c : cells)
                 if (c.signature == "torch.sum") c.annotation = "a+ b+ -> 1";
+            std::erase_if(cells, [](const Cell& c) {
+                return c.kind == CellKind::Adapter && c.forwardAdapter && c.primitives.size() == 1 && c.primitives[0].kind == "AllReduceIdentityPrim";
+            });
+        }
         auto r = importPair(logical, parallel);
         QVERIFY(!r.unchecked.empty());
         QVERIFY2(r.unchecked.front().find("the loss") != std::string::npos, r.unchecked.front().c_str());
@@ -424,6 +430,31 @@ private slots:
         applyMappingLimits(pair, report);
         QVERIFY(report.verdict == Verdict::Inconclusive);
         QVERIFY2(report.failure->message.find("could not claim the loss") != std::string::npos, report.failure->message.c_str());
+    }
+
+    // The loss each rank reports is claimed: with the forward all-reduce of the tp2 MLP's loss
+    // parts left out (each rank keeps its part as the loss it reports), the gradients are still
+    // right, but the pair is NOT EQUIVALENT at the loss.
+    void reportedLossIsChecked() {
+        const auto logical = load("mlp_mgener_dp1_pp1_tp1_nm1_gbs16_dim1024_ly2");
+        auto parallel = load("mlp_mgener_dp1_pp1_tp2_nm1_gbs16_dim1024_ly2");
+        int rewritten = 0;
+        for (auto& [d, cells] : parallel.programs)
+            for (auto& c : cells)
+                if (c.kind == CellKind::Adapter && c.forwardAdapter && c.primitives.size() == 1 && c.primitives[0].kind == "AllReduceIdentityPrim") {
+                    c.primitives[0].kind = "IdentityPrim";
+                    c.fused = false;
+                    ++rewritten;
+                }
+        QCOMPARE(rewritten, 2);
+        auto r = importPair(logical, parallel);
+        QVERIFY(r.unchecked.empty());
+        auto read = readPlanJson(r.plan);
+        QVERIFY(read.ok());
+        auto report = verifyPlan(*read.plan);
+        QVERIFY2(report.verdict == Verdict::NotEquivalent, std::string(toString(report.verdict)).c_str());
+        QVERIFY(report.failure);
+        QVERIFY2(report.failure->tensor.rfind("sum_1", 0) == 0, report.failure->tensor.c_str());
     }
 
     // Pairs that are not a logical plan and a parallel plan of it are refused with a reason.
@@ -588,6 +619,76 @@ private slots:
             QCOMPARE(verdict, QStringLiteral("unsupported"));
             QCOMPARE(QString::fromStdString(e.signature), primitive);
         }
+    }
+
+    // A custom differentiable adapter (nnScaler's `custom` True: not recognised by DiffFusion)
+    // runs its own plain primitives in each direction, the forward adapter's forward and the
+    // backward adapter's backward. The tp2 MLP's loss all-reduce (fused AllReduceIdentityPrim)
+    // written as such an adapter: all-reduce forward and identity backward is the same step;
+    // an all-reduce in the backward too doubles the gradients, an identity forward leaves the
+    // loss partial. The real plans with these adapters are pairs rows (llama3adpt tp2).
+    void customAdapters_data() {
+        QTest::addColumn<QString>("forwardPrimitive");
+        QTest::addColumn<QString>("backwardPrimitive");
+        QTest::addColumn<QString>("verdict");
+        QTest::newRow("all-reduce forward, identity backward (as fused)") << "AllReducePrim" << "IdentityPrim" << "equivalent";
+        QTest::newRow("all-reduce both ways") << "AllReducePrim" << "AllReducePrim" << "not_equivalent";
+        QTest::newRow("identity forward") << "IdentityPrim" << "IdentityPrim" << "not_equivalent";
+        QTest::newRow("a fused primitive in a custom adapter") << "AllReduceIdentityPrim" << "IdentityPrim" << "unsupported";
+    }
+    void customAdapters() {
+        QFETCH(QString, forwardPrimitive);
+        QFETCH(QString, backwardPrimitive);
+        QFETCH(QString, verdict);
+        const auto logical = load("mlp_mgener_dp1_pp1_tp1_nm1_gbs16_dim1024_ly2");
+        auto parallel = load("mlp_mgener_dp1_pp1_tp2_nm1_gbs16_dim1024_ly2");
+        int rewritten = 0;
+        for (auto& [d, cells] : parallel.programs)
+            for (auto& c : cells) {
+                if (c.kind != CellKind::Adapter || !c.fused || c.primitives.size() != 1 || c.primitives[0].kind != "AllReduceIdentityPrim") continue;
+                auto& pr = c.primitives[0];
+                c.fused = false;
+                if (c.forwardAdapter) {
+                    pr.kind = forwardPrimitive.toStdString();
+                } else {
+                    pr.kind = backwardPrimitive.toStdString();
+                    QCOMPARE(c.inputs.size(), std::size_t(1));
+                    QCOMPARE(c.outputs.size(), std::size_t(1));
+                    pr.inputs = {c.inputs[0].tensor};
+                    pr.outputs = {c.outputs[0].tensor};
+                }
+                ++rewritten;
+            }
+        QCOMPARE(rewritten, 4);
+        try {
+            auto r = importPair(logical, parallel);
+            auto read = readPlanJson(r.plan);
+            QVERIFY(read.ok());
+            auto report = verifyPlan(*read.plan);
+            QCOMPARE(QString::fromStdString(std::string(toString(report.verdict))), verdict);
+        } catch (const UnsupportedOperator& e) {
+            QCOMPARE(verdict, QStringLiteral("unsupported"));
+            QCOMPARE(QString::fromStdString(e.signature), forwardPrimitive);
+        }
+    }
+
+    // TrainVerify's artifact also compiles the same model files from `Verdict.gen_model.model.*`:
+    // those signatures are the bundled modules' operators, and only those module paths are.
+    void modelModuleAliases_data() {
+        QTest::addColumn<QString>("signature");
+        QTest::addColumn<QString>("canonical");
+        QTest::newRow("llama3") << "Verdict.gen_model.model.llama3.model.create_mask" << "genmodel.model.llama3_adpt.model.create_mask";
+        QTest::newRow("moe") << "Verdict.gen_model.model.moe.model.gate_fw" << "genmodel.model.llama3_moe.model.gate_fw";
+        QTest::newRow("deepseek_v3") << "Verdict.gen_model.model.deepseek_v3.model.apply_mask" << "genmodel.model.llama3_moe.model.apply_mask";
+        QTest::newRow("another module") << "Verdict.gen_model.model.gpt.model.create_mask" << "Verdict.gen_model.model.gpt.model.create_mask";
+        QTest::newRow("a submodule") << "Verdict.gen_model.model.moe.model.x.gate_fw" << "Verdict.gen_model.model.moe.model.x.gate_fw";
+        QTest::newRow("the prefix alone") << "Verdict.gen_model.model.moe.model." << "Verdict.gen_model.model.moe.model.";
+        QTest::newRow("torch") << "torch.add" << "torch.add";
+    }
+    void modelModuleAliases() {
+        QFETCH(QString, signature);
+        QFETCH(QString, canonical);
+        QCOMPARE(QString::fromStdString(detail::canonicalModelSignature(signature.toStdString())), canonical);
     }
 
     void degreesFromFileNames_data() {

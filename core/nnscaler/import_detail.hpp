@@ -71,6 +71,10 @@ public:
     explicit GraphWriter(bool parallel) : parallel_(parallel) {}
     std::vector<HandleInfo> handles;
     json tensors = json::array(), ops = json::array();
+    std::vector<std::vector<Handle>> opInputs;  ///< each op's operands, as handles (ops' order)
+    /// Whether `from` is computed from `to` (directly or through other ops), looking at no more
+    /// than `budget` tensors; false past it.
+    bool dependsOn(Handle from, Handle to, std::size_t budget = 1u << 20) const;
 
     Handle tensor(const std::string& base, Shape shape, const char* role, bool isInt, int rank, int mb);
     void op(const std::string& kind, const std::string& base, const std::vector<Handle>& ins, const std::vector<Handle>& outs,
@@ -86,6 +90,11 @@ private:
 };
 
 std::string sanitize(const std::string& s);
+/// A model operator's signature under the module path the bundled plans use: TrainVerify's
+/// artifact also compiles byte-identical copies of the same model files from
+/// `Verdict.gen_model.model.{llama3,moe,deepseek_v3}` (= `genmodel.model.llama3_adpt` and
+/// `genmodel.model.llama3_moe`). Any other signature is returned as it is.
+std::string canonicalModelSignature(const std::string& sig);
 bool endsWith(std::string_view s, std::string_view suffix);
 Shape extentOf(const SubTensor& t);
 Shape localShape(const SubTensor& t);
@@ -207,6 +216,16 @@ struct Importer {
         std::string example;
     };
     std::map<std::int64_t, Mismatch> chunkMismatches;
+    /// A parallel activation gradient written twice on a rank in one microbatch: the op adding
+    /// the two writes, its operands, and the adapter cell of the second write (-1: an operator).
+    struct GradientSum {
+        std::size_t op;
+        Handle first, second;
+        std::int64_t adapter;
+    };
+    std::vector<GradientSum> gradientSums;
+    std::int64_t writingAdapter = -1;  ///< the adapter cell whose primitives write now
+    void replaceRederivedGradients();
 
     Importer(const Plan& l, const Plan& p, const ImportOptions& o) : L(l), P(p), opt(o) {
         findDenseRouting(l);

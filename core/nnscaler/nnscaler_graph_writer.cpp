@@ -25,6 +25,7 @@ void GraphWriter::op(const std::string& kind, const std::string& base, const std
                      const json& attrs, int rank, int mb, const char* phase, const std::vector<int>* group) {
     json o = {{"id", fresh(opNames_, base)}, {"op", kind}};
     json in = json::array(), out = json::array();
+    opInputs.push_back(ins);
     for (auto h : ins) {
         in.push_back(handles[static_cast<std::size_t>(h)].name);
         ++handles[static_cast<std::size_t>(h)].uses;
@@ -45,6 +46,21 @@ void GraphWriter::op(const std::string& kind, const std::string& base, const std
         if (mb >= 0) o["microbatch"] = mb;
     }
     ops.push_back(std::move(o));
+}
+
+bool GraphWriter::dependsOn(Handle from, Handle to, std::size_t budget) const {
+    std::vector<Handle> work{from};
+    std::unordered_set<Handle> seen{from};
+    while (!work.empty() && seen.size() <= budget) {
+        Handle h = work.back();
+        work.pop_back();
+        if (h == to) return true;
+        auto op = handles[static_cast<std::size_t>(h)].producerOp;
+        if (op < 0) continue;
+        for (auto in : opInputs[static_cast<std::size_t>(op)])
+            if (seen.insert(in).second) work.push_back(in);
+    }
+    return false;
 }
 
 /// Names a freshly produced, not yet read tensor after what it holds (e.g. the nnScaler

@@ -48,8 +48,21 @@ void Importer::note(const std::string& s) {
     if (std::find(result.notes.begin(), result.notes.end(), s) == result.notes.end()) result.notes.push_back(s);
 }
 
+std::string canonicalModelSignature(const std::string& sig) {
+    static const std::pair<std::string_view, std::string_view> aliases[] = {
+        {"Verdict.gen_model.model.llama3.model.", "genmodel.model.llama3_adpt.model."},
+        {"Verdict.gen_model.model.moe.model.", "genmodel.model.llama3_moe.model."},
+        {"Verdict.gen_model.model.deepseek_v3.model.", "genmodel.model.llama3_moe.model."},
+    };
+    for (const auto& [from, to] : aliases)
+        if (sig.size() > from.size() && sig.compare(0, from.size(), from) == 0 && sig.find('.', from.size()) == std::string::npos)
+            return std::string(to) + sig.substr(from.size());
+    return sig;
+}
+
 bool Importer::isCreateMask(const Cell& c) {
-    return c.signature == "genmodel.model.llama3_adpt.model.create_mask" || c.signature == "genmodel.model.llama3_moe.model.create_mask";
+    const auto sig = canonicalModelSignature(c.signature);
+    return sig == "genmodel.model.llama3_adpt.model.create_mask" || sig == "genmodel.model.llama3_moe.model.create_mask";
 }
 
 const char* Importer::roleOf(const SubTensor& t) {
@@ -124,10 +137,34 @@ void Importer::write(GraphWriter& g, RankSim& s, const SubTensor& t, Handle h, b
     auto key = std::make_tuple(s.rank, t.id, s.mb);
     auto it = state.find(key);
     if (it != state.end() && t.isGrad && !replace) {
-        it->second = accumulate(g, s, it->second, h, t);
+        Handle first = it->second;
+        it->second = accumulate(g, s, first, h, t);
+        if (&g == &pg) gradientSums.push_back({g.ops.size() - 1, first, h, writingAdapter});
         return;
     }
     state[key] = h;
+}
+
+/// A second write of an activation gradient that is computed from the first is the same value
+/// again, not a second contribution: nnScaler names a sub-tensor by its index and value maps, so
+/// an adapter that gathers a rank's gradient piece and chunks it back (a pipeline boundary inside a
+/// tensor-parallel pair: move, all-gather, then the next adapter's chunk) writes the id its move
+/// already wrote, and the runtime rebinds the variable. Adding the two would double the gradient
+/// (a false NOT EQUIVALENT). Two independent contributions (a backward op's and an adapter's,
+/// which autograd adds) never read each other and are still added.
+void Importer::replaceRederivedGradients() {
+    std::map<std::int64_t, std::size_t> byAdapter;
+    for (const auto& gs : gradientSums) {
+        if (!pg.dependsOn(gs.second, gs.first, 4096)) continue;
+        auto& o = pg.ops[gs.op];
+        o["op"] = "identity";
+        o["inputs"] = json::array({pg.name(gs.second)});
+        pg.opInputs[gs.op] = {gs.second};
+        ++byAdapter[gs.adapter];
+    }
+    for (const auto& [id, n] : byAdapter)
+        note((id >= 0 ? "adapter #" + std::to_string(id) : std::string("an operator")) + " writes " + std::to_string(n) +
+             " activation gradient(s) again from the value the rank already holds (gathered and chunked back): the value is replaced, not added");
 }
 
 Handle Importer::accumulate(GraphWriter& g, RankSim& s, Handle old, Handle add, const SubTensor& t) {
@@ -202,6 +239,7 @@ ImportResult importPair(const Plan& logical, const Plan& parallel, const ImportO
     for (int r = 0; r < im.dp; ++r)
         for (int d = 0; d < im.devices; ++d) im.runProgram(parallel, im.pg, d, r, false);
     im.emitCollectives();
+    im.replaceRederivedGradients();
     for (const auto& [id, m] : im.chunkMismatches)
         im.note("adapter #" + std::to_string(id) + ": " + std::to_string(m.count) + " chunk execution(s) take another piece at runtime than their index maps say (e.g. " +
                 m.example + "); the runtime's piece is what is verified");

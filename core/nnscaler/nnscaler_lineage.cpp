@@ -138,7 +138,7 @@ int Importer::rankOfParallel(Handle h) const {
 }
 
 bool Importer::sameOperator(const Cell& l, const Cell& p) const {
-    if (l.signature != p.signature || l.annotation != p.annotation || l.inputs.size() != p.inputs.size() || l.outputs.size() != p.outputs.size())
+    if (canonicalModelSignature(l.signature) != canonicalModelSignature(p.signature) || l.annotation != p.annotation || l.inputs.size() != p.inputs.size() || l.outputs.size() != p.outputs.size())
         return false;
     for (std::size_t k = 0; k < l.inputs.size(); ++k) {
         const auto& a = l.inputs[k];
@@ -191,8 +191,30 @@ void Importer::buildLineage() {
         int k = 0;
         for (const auto& c : L.programs.at(ldev)) order[c.id] = k++;
     }
+    // The copies a logical multiref (or nnScaler identity) makes are one value: a site meeting a
+    // copy claims the copied tensor itself. The parallel plan may read another copy than the
+    // logical plan does at the same place (nnScaler's multirefs are per device: the pipeline
+    // stage after a split sends the copy its norm read, where the logical residual reads a
+    // sibling copy); a claim on the sibling would cut a stage whose parallel side reads a tensor
+    // the logical side cannot reach (a false dataflow_broken). Exact: an identity's output
+    // equals its input.
+    std::map<Handle, Handle> copied;  // a copy -> what it copies
+    for (const auto& [key, low] : lowered) {
+        if (std::get<0>(key) >= 0 || !skippedInAlignment(*low.cell) || low.inputs.empty() || low.inputs[0] < 0) continue;
+        for (auto out : low.outputs)
+            if (out >= 0 && lg.shape(out) == lg.shape(low.inputs[0])) copied[out] = low.inputs[0];
+    }
+    auto original = [&](Handle h) {
+        for (std::size_t hops = 0; hops <= copied.size(); ++hops) {
+            auto it = copied.find(h);
+            if (it == copied.end()) break;
+            h = it->second;
+        }
+        return h;
+    };
     auto addSite = [&](const Cell& lc, int kind, int pos, Handle lh, const SubTensor& lsub, Handle ph, const SubTensor& psub, int replica, int mb) {
         if (lh < 0 || ph < 0) return;
+        lh = original(lh);
         auto& site = sites[{order[lc.id], lc.id, kind, pos}];
         site.logical = lh;
         site.lsub = &lsub;
@@ -334,6 +356,36 @@ void Importer::buildLineage() {
         if (!addRecord(site))
             note("the inputs of logical tensor " + lg.name(site.logical) + " do not make up whole values; they are not related to it");
     for (const auto& [key, site] : sites) addRecord(site);
+    // The loss each lane reports: every full-valued loss sub-tensor a rank holds at the end of
+    // its step (the all-reduce over the tensor-parallel parts, a pipeline's broadcast of it). The
+    // lanes' losses add up to the logical loss, like the parts above; claimed here, a lane that
+    // reports a partial loss (a forward all-reduce left out) is caught, where the parts alone
+    // would only check the gradients.
+    {
+        Site lossSite;
+        for (const auto& [key, low] : lowered) {
+            if (std::get<0>(key) >= 0 || lossSite.logical >= 0) continue;
+            for (std::size_t k = 0; k < low.cell->outputs.size() && lossSite.logical < 0; ++k) {
+                const auto& t = L.tensors.at(low.cell->outputs[k].tensor);
+                if (t.isLoss && !t.isGrad && low.outputs[k] >= 0) {
+                    lossSite.logical = low.outputs[k];
+                    lossSite.lsub = &t;
+                }
+            }
+        }
+        if (lossSite.logical >= 0) {
+            for (const auto& [key, h] : state) {
+                auto [rank, id, mb] = key;
+                if (rank < 0) continue;
+                const auto& t = P.tensors.at(id);
+                if (t.isLoss && !t.isGrad && t.parts == 1 && !claimed.count(pg.name(h)))
+                    lossSite.instances.push_back({h, &t, rank / devices, mb});
+            }
+            if (!lossSite.instances.empty() && !addRecord(lossSite))
+                result.unchecked.push_back("the loss the parallel plan's ranks report (" + std::to_string(lossSite.instances.size()) +
+                                           " full-valued copies) does not make up one copy per lane: it could not be related to the logical loss");
+        }
+    }
     // Final records: every weight gradient, on every rank holding the weight.
     for (const auto& [key, lh] : gradBuffers) {
         auto [rank, gradFull, box] = key;

@@ -44,7 +44,7 @@ int normDim(const Call& c, std::int64_t d, std::size_t rank) {
 }  // namespace
 
 std::vector<Handle> lowerForward(RankSim& s, const Call& c) {
-    const auto& sig = c.cell.signature;
+    const std::string sig = canonicalModelSignature(c.cell.signature);
     const auto& kw = c.cell.kwargs;
     if (c.outShapes.empty()) unsupported(c, "the operator has no outputs");
     auto out1 = [&](Handle h) { return std::vector<Handle>{reshapeTo(s, h, c.outShapes.at(0))}; };
@@ -351,16 +351,28 @@ std::vector<Handle> lowerForward(RankSim& s, const Call& c) {
         const json p = kw.value("dropout_p", json(0.0));
         if (!p.is_number()) unsupported(c, "dropout_p must be a number");
         if (p.get<double>() != 0) {
-            // The mask's part: this op's batch range; every head (a split along the heads would
-            // change what the runtime's h means) and the whole sequence.
+            // The mask's part: this op's batch range, its heads and the whole sequence. A split
+            // along the heads (h+) holds heads [r0/3d, r1/3d) of the logical H: rows [r0, r1) of
+            // qkv_proj in its (h d 3) layout, the same rows of the bias and columns [r0/3, r1/3)
+            // of out_proj, in which nnScaler divides h (the kwarg named like the split dim).
             const SubTensor& qsub = subOf(0);
             const SubTensor& wsub = subOf(1);
-            if (wsub.box[0].second - wsub.box[0].first != wsub.fullShape[0] || qsub.box[0].second - qsub.box[0].first != qsub.fullShape[0])
-                unsupported(c, "an attention split along heads or the sequence: its dropout mask cannot be related to the logical one");
+            const SubTensor& bsub = subOf(2);
+            const SubTensor& osub = subOf(3);
+            if (qsub.box[0].second - qsub.box[0].first != qsub.fullShape[0])
+                unsupported(c, "an attention split along the sequence: its dropout mask cannot be related to the logical one");
+            const std::int64_t r0 = wsub.box[0].first, r1 = wsub.box[0].second, rows = wsub.fullShape[0];
+            const bool headsAligned = r1 - r0 == 3 * d * h && r0 % (3 * d) == 0 && rows % (3 * d) == 0 && bsub.box.size() == 1 &&
+                                      bsub.box[0] == wsub.box[0] && bsub.fullShape[0] == rows && osub.box.size() == 2 && osub.fullShape[1] * 3 == rows &&
+                                      osub.box[1].first * 3 == r0 && osub.box[1].second * 3 == r1;
+            if (!headsAligned)
+                unsupported(c, "an attention split along heads whose qkv_proj rows, bias and out_proj columns are not one range of whole heads: "
+                               "its dropout mask cannot be related to the logical one");
+            const std::int64_t heads = rows / (3 * d), head0 = r0 / (3 * d);
             SubTensor part;
             part.name = "attention dropout mask of " + qsub.name;
-            part.fullShape = {qsub.fullShape[1], h, L, L};
-            part.box = {qsub.box[1], {0, h}, {0, L}, {0, L}};
+            part.fullShape = {qsub.fullShape[1], heads, L, L};
+            part.box = {qsub.box[1], {head0, head0 + h}, {0, L}, {0, L}};
             Handle m = s.mask({N, h, L, L}, part);
             probs = s.emitOp("dropout", {probs, m}, json{{"p", exact(p, "p")}}, {{N, h, L, L}})[0];
         }

@@ -312,7 +312,12 @@ private:
             c.inputs = operands(v, "_inputs", path);
             c.outputs = operands(v, "_outputs", path);
             c.forwardAdapter = flag(v, "_forward");
-            c.fused = flag(v, "_differentiable");
+            // Differentiable adapters are of two kinds: DiffFusion's fused ones (`custom` False: one
+            // fused primitive whose class gives both directions) and custom autograd adapters
+            // (`custom` True, nnScaler's default), whose forward and backward adapters each run
+            // their own plain primitives (docs/nnscaler.md, "Adapters"). A pickle without the
+            // attribute is read as fused, as before it was known.
+            c.fused = flag(v, "_differentiable") && !flag(v, "custom");
             const auto& prims = list(need(v, "_prims", path), path + "._prims");
             for (std::size_t i = 0; i < prims.size(); ++i) {
                 const auto p = path + "._prims[" + std::to_string(i) + "]";

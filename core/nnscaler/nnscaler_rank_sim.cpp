@@ -92,7 +92,7 @@ void Importer::runProgram(const Plan& plan, GraphWriter& g, int device, int repl
                     if (ms.size() != 4 || ts.size() < 2 || ms[2] != ts[1] || ms[3] != ts[1])
                         unsupported(call, "the mask's shape does not follow from the tokens' sequence length");
                     Handle h = g.tensor(tensorBase(sub(plan, c.outputs[0].tensor)) + s.where(), ms, "input", false, s.rank, s.mb);
-                    initialReads.push_back({s.rank, s.mb, h, &sub(plan, c.outputs[0].tensor), -1, c.signature + shapeText(ms)});
+                    initialReads.push_back({s.rank, s.mb, h, &sub(plan, c.outputs[0].tensor), -1, canonicalModelSignature(c.signature) + shapeText(ms)});
                     low.outputs = {h};
                 } else {
                     s.recording = &low;
@@ -111,7 +111,9 @@ void Importer::runProgram(const Plan& plan, GraphWriter& g, int device, int repl
                 backward(plan, g, s, c, mbKey, where);
                 break;
             case CellKind::Adapter:
+                writingAdapter = c.id;
                 adapter(plan, g, s, c, where);
+                writingAdapter = -1;
                 break;
             case CellKind::Reducer:
                 reducer(plan, g, s, c, where);
