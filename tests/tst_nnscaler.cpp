@@ -681,6 +681,83 @@ private slots:
         }
     }
 
+    // The two kinds of stage-boundary permutation (docs/nnscaler.md §5.1), made in the llama dp2
+    // pp2 tp2 plan's first forward boundary adapter with a move into an all-gather: the senders
+    // chunk and move their pieces to the receivers, which all-gather them. "gather": the moves
+    // go to the other receivers (each piece arrives in the other slot); "chunk": each sender's
+    // chunk is labelled as the other's piece and sent where that piece belongs. Either way the
+    // runtime assembles the tensor out of order: NOT EQUIVALENT, explained by a finding naming
+    // the adapter and the kind.
+    void stageBoundaryPermutationsAreFindings_data() {
+        QTest::addColumn<QString>("kind");
+        QTest::newRow("gather") << "gather";
+        QTest::newRow("chunk") << "chunk";
+    }
+    void stageBoundaryPermutationsAreFindings() {
+        QFETCH(QString, kind);
+        const auto logical = load("llama3_default_dp1_pp1_tp1_nm1_gbs512_ly2_h32_hi4096_sq128");
+        auto parallel = load("llama3_default_dp2_pp2_tp2_nm2_gbs512_ly2_h32_hi4096_sq128");
+        // Receivers: a forward adapter whose first primitive receives (a move with no input)
+        // and whose second all-gathers it.
+        std::int64_t adapter = -1;
+        std::map<int, Primitive*> receive, gather;  // device -> primitive, first microbatch's cell
+        for (auto& [d, cells] : parallel.programs)
+            for (auto& c : cells)
+                if (c.kind == CellKind::Adapter && c.forwardAdapter && c.primitives.size() == 2 && c.primitives[0].kind == "MovePrim" &&
+                    c.primitives[0].inputs.empty() && c.primitives[1].kind == "AllGatherPrim" && (adapter < 0 || adapter == c.id) && !receive.count(d)) {
+                    adapter = c.id;
+                    receive[d] = &c.primitives[0];
+                    gather[d] = &c.primitives[1];
+                }
+        QVERIFY2(receive.size() == 2, "no boundary adapter with a move into an all-gather on two receivers");
+        auto rit = receive.begin();
+        const int r0 = rit->first, r1 = std::next(rit)->first;
+        const std::int64_t t0 = receive[r0]->outputs.at(0), t1 = receive[r1]->outputs.at(0);
+        const auto src0 = receive[r0]->kwargs.at("src"), src1 = receive[r1]->kwargs.at("src");
+        // Every execution of that adapter (both microbatches) is edited alike.
+        int senders = 0, receivers = 0;
+        for (auto& [d, cells] : parallel.programs)
+            for (auto& c : cells) {
+                if (c.kind != CellKind::Adapter || c.id != adapter) continue;
+                for (auto& pr : c.primitives) {
+                    if (pr.kind == "MovePrim" && pr.inputs.empty()) {
+                        // gather: the receiver takes the other sender's piece; chunk: its own
+                        // piece, from the other sender
+                        ++receivers;
+                        const bool first = pr.outputs[0] == t0;
+                        if (kind == "gather") pr.outputs[0] = first ? t1 : t0;
+                        pr.kwargs["src"] = first ? src1 : src0;
+                    } else if (pr.kind == "AllGatherPrim" && kind == "gather") {
+                        pr.inputs[0] = pr.inputs[0] == t0 ? t1 : t0;
+                    } else if (pr.kind == "ChunkPrim" && kind == "chunk") {
+                        ++senders;
+                        pr.outputs[0] = pr.outputs[0] == t0 ? t1 : t0;
+                    } else if (pr.kind == "MovePrim" && !pr.inputs.empty()) {
+                        ++senders;
+                        const bool first = pr.inputs[0] == t0;
+                        if (kind == "chunk") pr.inputs[0] = first ? t1 : t0;
+                        else pr.kwargs["dst"] = first ? r1 : r0;
+                        if (kind == "chunk") pr.kwargs["dst"] = first ? r1 : r0;
+                    }
+                }
+            }
+        QVERIFY2(senders > 0 && receivers > 0, "the adapter has no senders or receivers");
+        auto r = importPair(logical, parallel);
+        QVERIFY2(r.runtimeFindings.size() == 1, std::to_string(r.runtimeFindings.size()).c_str());
+        const auto& finding = r.runtimeFindings[0];
+        QVERIFY2(finding.find("adapter #" + std::to_string(adapter)) == 0, finding.c_str());
+        QVERIFY2(finding.find(kind == "gather" ? "all-gather concatenates" : "runtime chunk takes piece") != std::string::npos, finding.c_str());
+        auto read = readPlanJson(r.plan);
+        QVERIFY(read.ok());
+        auto report = verifyPlan(*read.plan);
+        QVERIFY2(report.verdict == Verdict::NotEquivalent, std::string(toString(report.verdict)).c_str());
+        PairLoad pair;
+        pair.findings = r.runtimeFindings;
+        applyMappingLimits(pair, report);
+        QCOMPARE(report.findings.size(), std::size_t(1));
+        QVERIFY(reportToText(report, false).find("finding: adapter #") != std::string::npos);
+    }
+
     // TrainVerify's artifact also compiles the same model files from `Verdict.gen_model.model.*`:
     // those signatures are the bundled modules' operators, and only those module paths are.
     void modelModuleAliases_data() {

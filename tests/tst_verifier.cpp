@@ -164,6 +164,46 @@ private slots:
         QVERIFY(unreduced.verdict == Verdict::Equivalent);
     }
 
+    // The search for the smallest shapes reaches the minimum (not merely some shapes) on stages
+    // of products of dims, where Z3's optimizer was slow: a row-split [R, C] -> [R*C] reshape on
+    // tp ranks. Each dim stays >= 2 and each shard keeps its ratio, so the logical rows are
+    // 2·tp, the columns 2; the stage holds (2·tp·2) · 2 logical and (2·2) · 2 · tp parallel
+    // elements at the minimum.
+    void shapeReductionReachesTheSmallestShapes_data() {
+        QTest::addColumn<int>("tp");
+        QTest::addColumn<int>("rows");
+        QTest::addColumn<int>("cols");
+        QTest::newRow("tp2, 64 x 96") << 2 << 64 << 96;
+        QTest::newRow("tp4, 4096 x 1536") << 4 << 4096 << 1536;
+        QTest::newRow("tp8, 65536 x 7168") << 8 << 65536 << 7168;
+    }
+    void shapeReductionReachesTheSmallestShapes() {
+        QFETCH(int, tp);
+        QFETCH(int, rows);
+        QFETCH(int, cols);
+        const std::int64_t n = static_cast<std::int64_t>(rows) * cols, part = n / tp, prow = rows / tp;
+        json doc = {{"format", "trainverify-plan"}, {"version", 1}, {"name", "reshape"},
+                    {"logical", {{"tensors", {{{"id", "x"}, {"shape", {rows, cols}}, {"role", "input"}}, {{"id", "y"}, {"shape", {n}}}}},
+                                 {"ops", {{{"id", "flat"}, {"op", "reshape"}, {"inputs", {"x"}}, {"outputs", {"y"}}}}}}},
+                    {"parallel", {{"mesh", {{"tp", tp}}}, {"tensors", json::array()}, {"ops", json::array()}}},
+                    {"lineage", {{{"logical", "x"}, {"slices", json::array()}}, {{"logical", "y"}, {"slices", json::array()}}}}};
+        for (int r = 0; r < tp; ++r) {
+            const std::string x = "x@r" + std::to_string(r), y = "y@r" + std::to_string(r);
+            doc["parallel"]["tensors"].push_back({{"id", x}, {"shape", {prow, cols}}, {"role", "input"}, {"rank", r}});
+            doc["parallel"]["tensors"].push_back({{"id", y}, {"shape", {part}}, {"rank", r}});
+            doc["parallel"]["ops"].push_back({{"id", "flat@r" + std::to_string(r)}, {"op", "reshape"}, {"rank", r}, {"inputs", {x}}, {"outputs", {y}}});
+            doc["lineage"][0]["slices"].push_back({{"box", {{prow * r, prow * (r + 1)}, {0, cols}}}, {"copies", {{x}}}});
+            doc["lineage"][1]["slices"].push_back({{"box", {{part * r, part * (r + 1)}}}, {"copies", {{y}}}});
+        }
+        auto plan = loadPlan(doc);
+        QVERIFY(plan);
+        auto r = verify(*plan, 1);
+        QVERIFY(r.verdict == Verdict::Equivalent);
+        QCOMPARE(r.results.size(), std::size_t(1));
+        const std::uint64_t smallest = static_cast<std::uint64_t>(2 * tp * 2) * 2 + static_cast<std::uint64_t>(2 * 2) * 2 * tp;
+        QCOMPARE(r.results[0].reducedElements, smallest);
+    }
+
     void accumulationAcrossMicrobatchesIsNotMisalignment() {
         auto doc = loadJson("mlp-pp2.json");
         // Tag the accumulation with the later microbatch (it reads both), and break the weight

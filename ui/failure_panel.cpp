@@ -199,6 +199,7 @@ void FailurePanel::showReport(const VerifyReport& r, const QString& where) {
                    .arg(r.results.size())
                    .arg(r.cachedStages ? tr(" or one from an earlier run (%1)").arg(r.cachedStages) : QString());
     }
+    for (const auto& f : r.findings) html += QStringLiteral("<p><b>%1</b> %2</p>").arg(tr("Finding:"), QString::fromStdString(f).toHtmlEscaped());
     for (const auto& w : r.warnings) html += QStringLiteral("<p><b>%1</b> %2</p>").arg(tr("Warning:"), QString::fromStdString(w).toHtmlEscaped());
     body_->setHtml(html);
     trace_ = r.failure ? r.failure->trace : nullptr;

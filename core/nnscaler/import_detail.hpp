@@ -212,10 +212,15 @@ struct Importer {
     /// Chunks whose runtime piece (the rank's position in the sorted group, as nnScaler's
     /// runtime and torch number group members) differs from the piece the index map labels.
     struct Mismatch {
-        std::size_t count = 0;
-        std::string example;
+        std::size_t count = 0, executions = 0;  ///< executions that disagree, of all checked
+        std::string example, tensor;
+        std::set<int> ranks;  ///< plan devices of the disagreeing executions
     };
     std::map<std::int64_t, Mismatch> chunkMismatches;
+    /// All-gathers whose members' inputs are labelled as other pieces than their positions.
+    std::map<std::int64_t, Mismatch> gatherMismatches;
+    /// The mismatches in plain language (ImportResult::runtimeFindings).
+    void describeMismatches();
     /// A parallel activation gradient written twice on a rank in one microbatch: the op adding
     /// the two writes, its operands, and the adapter cell of the second write (-1: an operator).
     struct GradientSum {

@@ -226,8 +226,11 @@ void Importer::localOrCollective(const Plan& plan, GraphWriter& g, RankSim& s, c
             auto piece = size / static_cast<std::int64_t>(group.size());
             if (piece > 0 && size % static_cast<std::int64_t>(group.size()) == 0) {
                 auto labelled = (tout.box[static_cast<std::size_t>(dim)].first - tin.box[static_cast<std::size_t>(dim)].first) / piece;
+                auto& m = chunkMismatches[c.id];
+                ++m.executions;
+                if (m.tensor.empty()) m.tensor = tout.name;
                 if (labelled != attrs["index"].get<int>()) {
-                    auto& m = chunkMismatches[c.id];
+                    m.ranks.insert(s.rank % devices);
                     if (m.count++ == 0)
                         m.example = "rank " + std::to_string(s.rank) + " takes piece " + std::to_string(attrs["index"].get<int>()) + " of " +
                                     std::to_string(group.size()) + " along dim " + std::to_string(dim) + ", its output's index map says piece " +
@@ -239,6 +242,27 @@ void Importer::localOrCollective(const Plan& plan, GraphWriter& g, RankSim& s, c
         Handle out = s.emitOp(kind, {in}, attrs, {shapeOf(tout)})[0];
         write(g, s, tout, out, replace);
         return;
+    }
+    if (kind == "all_gather") {
+        // The runtime concatenates the members in group order; the index maps say which piece
+        // each member's input is. A member at position p holding piece j != p is concatenated
+        // out of order (a stage boundary's moves delivering pieces to the wrong receivers).
+        const auto& tin = sub(plan, inId);
+        const auto d = static_cast<std::size_t>(attrs["dim"].get<int>());
+        const auto piece = tin.box[d].second - tin.box[d].first;
+        const auto pos = std::find(group.begin(), group.end(), s.rank) - group.begin();
+        if (piece > 0 && tout.box[d].second - tout.box[d].first == piece * static_cast<std::int64_t>(group.size())) {
+            const auto labelled = (tin.box[d].first - tout.box[d].first) / piece;
+            auto& m = gatherMismatches[c.id];
+            ++m.executions;
+            if (m.tensor.empty()) m.tensor = tout.name;
+            if (labelled != pos) {
+                m.ranks.insert(s.rank % devices);
+                if (m.count++ == 0)
+                    m.example = "rank " + std::to_string(s.rank) + " is member " + std::to_string(pos) + " of " + std::to_string(group.size()) +
+                                " along dim " + std::to_string(d) + ", its input's index map says piece " + std::to_string(labelled);
+            }
+        }
     }
     CollectiveKey key{c.id, pi, s.mb, -1, group};
     auto& col = member(key, kind, attrs, group, where);

@@ -167,6 +167,33 @@ void Importer::replaceRederivedGradients() {
              " activation gradient(s) again from the value the rank already holds (gathered and chunked back): the value is replaced, not added");
 }
 
+/// Where nnScaler's runtime and the plan's index maps disagree about which piece of a tensor a
+/// rank holds: the two kinds of stage-boundary permutation (docs/nnscaler.md §5.1). The runtime's
+/// piece is what is verified; these say why a plan that looks right by its labels is not.
+void Importer::describeMismatches() {
+    auto devicesText = [](const std::set<int>& ds) {
+        std::string s;
+        for (int d : ds) s += (s.empty() ? "" : ", ") + std::to_string(d);
+        return s;
+    };
+    for (const auto& [id, m] : chunkMismatches) {
+        if (m.count == 0) continue;
+        result.runtimeFindings.push_back(
+            "adapter #" + std::to_string(id) + " (" + m.tensor + "): nnScaler's runtime chunk takes piece torch.distributed.get_rank(group), the rank's " +
+            "position in the sorted group, but the index maps label another piece in " + std::to_string(m.count) + " of its " +
+            std::to_string(m.executions) + " chunk executions (plan devices " + devicesText(m.ranks) + "; e.g. " + m.example +
+            "): the pieces are sent permuted, where the labels say they are in order");
+    }
+    for (const auto& [id, m] : gatherMismatches) {
+        if (m.count == 0) continue;
+        result.runtimeFindings.push_back(
+            "adapter #" + std::to_string(id) + " (" + m.tensor + "): nnScaler's runtime all-gather concatenates the members in sorted-rank order, but " +
+            std::to_string(m.count) + " of its " + std::to_string(m.executions) + " member inputs are labelled as another piece than their position " +
+            "(plan devices " + devicesText(m.ranks) + "; e.g. " + m.example +
+            "): the stage boundary's moves deliver pieces to receivers in other slots, so the gathered tensor is out of order");
+    }
+}
+
 Handle Importer::accumulate(GraphWriter& g, RankSim& s, Handle old, Handle add, const SubTensor& t) {
     Handle out = g.tensor(tensorBase(t) + ".acc" + s.where(), shapeOf(t), "gradient", false, s.rank, t.isAttr ? -1 : s.mb);
     g.op("add", "accumulate." + tensorBase(t) + s.where(), {old, add}, {out}, json::object(), s.rank, s.mb, "backward");
@@ -240,9 +267,7 @@ ImportResult importPair(const Plan& logical, const Plan& parallel, const ImportO
         for (int d = 0; d < im.devices; ++d) im.runProgram(parallel, im.pg, d, r, false);
     im.emitCollectives();
     im.replaceRederivedGradients();
-    for (const auto& [id, m] : im.chunkMismatches)
-        im.note("adapter #" + std::to_string(id) + ": " + std::to_string(m.count) + " chunk execution(s) take another piece at runtime than their index maps say (e.g. " +
-                m.example + "); the runtime's piece is what is verified");
+    im.describeMismatches();
     im.buildLineage();
     {
         std::unordered_set<std::string> keepLogical, keepParallel;

@@ -69,6 +69,10 @@ struct ImportResult {
     /// cannot make the pair EQUIVALENT.
     std::vector<std::string> unchecked;
     std::vector<std::string> notes;  ///< what the mapping noticed (lanes it could not align, index maps that disagree with the runtime)
+    /// Where nnScaler's runtime does otherwise than the plan's index maps say (a chunk taking
+    /// another piece, an all-gather concatenating out of order), one plain-language finding per
+    /// adapter: the explanation of a NOT EQUIVALENT they cause.
+    std::vector<std::string> runtimeFindings;
     /// Ranks written into or compared in collective groups while mapping: the work that grew with
     /// dp squared when every execution of a reducer built its dp-sized group. Linear in dp.
     std::uint64_t groupRanksHandled = 0;

@@ -61,6 +61,7 @@ PairLoad loadPair(const std::string& logicalPath, const std::string& parallelPat
                     "cannot map " + parallelPath + " onto " + logicalPath + ": a value of an unexpected type: " + e.what());
     }
     l.notes = std::move(imported.notes);
+    l.findings = std::move(imported.runtimeFindings);
     l.unchecked = std::move(imported.unchecked);
     if (!imported.findings.empty()) {
         // Found while mapping: no proof can relate the two plans.
@@ -89,6 +90,11 @@ PairLoad loadPair(const std::string& logicalPath, const std::string& parallelPat
 void applyMappingLimits(const PairLoad& pair, VerifyReport& report) {
     for (const auto& n : pair.notes) report.warnings.push_back("nnScaler mapping: " + n);
     for (const auto& u : pair.unchecked) report.warnings.push_back("nnScaler mapping: not checked: " + u);
+    // A pair found NOT EQUIVALENT is explained by what the runtime does against the labels;
+    // otherwise that is only worth a warning (the runtime's pieces are what is verified).
+    if (report.verdict == Verdict::NotEquivalent) report.findings = pair.findings;
+    else
+        for (const auto& f : pair.findings) report.warnings.push_back("nnScaler mapping: " + f + "; the runtime's pieces are what is verified");
     if (report.verdict != Verdict::Equivalent || pair.unchecked.empty()) return;
     report.verdict = Verdict::Inconclusive;
     Failure f;

@@ -19,6 +19,7 @@ struct PairLoad {
     /// not tile).
     VerifyReport report;
     std::vector<std::string> notes;  ///< what the mapping noticed
+    std::vector<std::string> findings;  ///< ImportResult::runtimeFindings
     /// Final claims the mapping could not make: the pair is at best INCONCLUSIVE.
     std::vector<std::string> unchecked;
     double seconds = 0;              ///< reading and mapping

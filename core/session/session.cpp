@@ -68,6 +68,7 @@ OpenResult openNnScalerPair(const std::string& logicalPath, const std::string& p
     opened->plan = std::shared_ptr<const Plan>(std::move(pair.plan));
     opened->mappingNotes = std::move(pair.notes);
     opened->mappingUnchecked = std::move(pair.unchecked);
+    opened->mappingFindings = std::move(pair.findings);
     opened->readSeconds = r.seconds;
     r.opened = std::move(opened);
     return r;
@@ -161,6 +162,7 @@ void finishReport(const OpenedPlan& opened, VerifyReport& report) {
     nnscaler::PairLoad limits;
     limits.notes = opened.mappingNotes;
     limits.unchecked = opened.mappingUnchecked;
+    limits.findings = opened.mappingFindings;
     nnscaler::applyMappingLimits(limits, report);
 }
 

@@ -47,6 +47,7 @@ struct OpenedPlan {
     /// (then no report of this plan is EQUIVALENT: finishReport makes it INCONCLUSIVE).
     std::vector<std::string> mappingNotes;
     std::vector<std::string> mappingUnchecked;
+    std::vector<std::string> mappingFindings;  ///< nnScaler: runtime pieces against index maps (PairLoad::findings)
     /// Set when the plan is a copy of another with a bug injected (injectBug).
     std::shared_ptr<const bugs::Mutant> mutant;
     double readSeconds = 0;  ///< reading (and for a pair, mapping)

@@ -4,7 +4,15 @@
 
 #include "verify/stage_checker.hpp"
 
+#include <chrono>
+#include <optional>
+
 namespace tv::check_detail {
+
+namespace {
+/// The budget of the search for one stage's smallest shapes (milliseconds).
+constexpr unsigned kReductionBudgetMs = 2000;
+}  // namespace
 
 z3::expr StageChecker::divideByGcd(const z3::expr& f) {
     if (!f.is_eq() || f.num_args() != 2 || !f.arg(1).is_numeral()) return f;
@@ -142,20 +150,65 @@ bool StageChecker::reduceShapes() {
                 for (unsigned k = 0; k < e.num_args(); ++k) work.push_back(e.arg(k));
         }
     }
-    z3::optimize opt(ctx_);
+    // The smallest shapes are a matter of speed only (any shapes satisfying the constraints are
+    // sound: docs/soundness.md §6), and Z3's optimizer can take tens of seconds to prove a
+    // minimum on stages with products of dims (reshapes), where its SMT core finds shapes and
+    // proves there are no smaller ones in milliseconds. So: shapes from the SMT core (the
+    // optimizer's engine, which honours its timeout; the default solver's nonlinear tactic does
+    // not), then smaller totals by bisection until none is satisfiable or a budget is spent; the
+    // optimizer only if the core finds no shapes at all.
+    const unsigned budgetMs = opts_.timeoutMs ? std::min<unsigned>(opts_.timeoutMs, kReductionBudgetMs) : kReductionBudgetMs;
     z3::params p(ctx_);
-    if (opts_.timeoutMs) p.set("timeout", opts_.timeoutMs);
-    opt.set(p);
-    for (unsigned i = 0; i < simplified.size(); ++i) opt.add(simplified[i]);
-    if (!free.empty()) opt.minimize(z3::sum(free));
-    auto res = opt.check();
-    if (res == z3::unsat) return infeasible();
-    if (res == z3::unknown) {
-        result_.note = "shape reduction gave up (" + std::string(Z3_optimize_get_reason_unknown(ctx_, opt)) + "); checking at full shapes";
-        result_.reducedElements = result_.fullElements;
-        return true;
+    p.set("timeout", budgetMs);
+    const z3::expr total = free.empty() ? ctx_.int_val(0) : z3::sum(free);
+    std::optional<z3::model> found;
+    {
+        z3::solver descent(ctx_, z3::solver::simple());
+        descent.set(p);
+        for (unsigned i = 0; i < simplified.size(); ++i) descent.add(simplified[i]);
+        const auto start = std::chrono::steady_clock::now();
+        auto r = descent.check();
+        if (r == z3::unsat) return infeasible();
+        if (r == z3::sat) {
+            found = descent.get_model();
+            // Usually the first shapes are already the smallest (one unsatisfiable query says so);
+            // otherwise bisection on the total: [lo, hi] holds the minimum, hi the best shapes'.
+            std::int64_t lo = 0, hi = found->eval(total, true).get_numeral_int64();
+            bool first = true;
+            while (lo < hi && std::chrono::steady_clock::now() - start < std::chrono::milliseconds(budgetMs)) {
+                const std::int64_t mid = first ? hi - 1 : lo + (hi - lo) / 2;
+                first = false;
+                descent.push();
+                descent.add(total <= ctx_.int_val(mid));
+                auto step = descent.check();
+                if (step == z3::sat) {
+                    found = descent.get_model();
+                    hi = found->eval(total, true).get_numeral_int64();
+                } else if (step == z3::unsat) {
+                    lo = mid + 1;
+                }
+                descent.pop();
+                if (step == z3::unknown) break;
+            }
+        }
     }
-    auto m = pieces1[0].convert_model(simplified.convert_model(opt.get_model()));
+    if (!found) {
+        z3::optimize opt(ctx_);
+        z3::params q(ctx_);
+        if (opts_.timeoutMs) q.set("timeout", opts_.timeoutMs);
+        opt.set(q);
+        for (unsigned i = 0; i < simplified.size(); ++i) opt.add(simplified[i]);
+        if (!free.empty()) opt.minimize(total);
+        auto res = opt.check();
+        if (res == z3::unsat) return infeasible();
+        if (res == z3::unknown) {
+            result_.note = "shape reduction gave up (" + std::string(Z3_optimize_get_reason_unknown(ctx_, opt)) + "); checking at full shapes";
+            result_.reducedElements = result_.fullElements;
+            return true;
+        }
+        found = opt.get_model();
+    }
+    auto m = pieces1[0].convert_model(simplified.convert_model(*found));
     // The model converters of the preprocessing can hand back a model that breaks the original
     // constraints (a dim of 0 through a divisibility constraint): every reduced shape is checked
     // against every original constraint, and if any fails the reduction is solved again on the
@@ -167,7 +220,9 @@ bool StageChecker::reduceShapes() {
     };
     if (!satisfies(m)) {
         z3::optimize direct(ctx_);
-        direct.set(p);
+        z3::params q(ctx_);
+        if (opts_.timeoutMs) q.set("timeout", opts_.timeoutMs);
+        direct.set(q);
         for (unsigned i = 0; i < sc.constraints.size(); ++i) direct.add(sc.constraints[i]);
         direct.minimize(z3::sum(all));
         auto again = direct.check();

@@ -164,6 +164,11 @@ std::string reportToHtml(const VerifyReport& r, const HtmlReportOptions& opts) {
     }
     if (r.failure) failureSection(os, *r.failure, "Diagnosis");
     for (std::size_t i = 1; i < r.failures.size(); ++i) failureSection(os, r.failures[i], ("Further failure " + std::to_string(i)).c_str());
+    if (!r.findings.empty()) {
+        os << "<h2>Findings</h2>\n<ul>\n";
+        for (const auto& f : r.findings) os << "<li>" << htmlEscape(f) << "</li>\n";
+        os << "</ul>\n";
+    }
     if (!r.warnings.empty()) {
         os << "<h2>Warnings</h2>\n<ul>\n";
         for (const auto& w : r.warnings) os << "<li>" << htmlEscape(w) << "</li>\n";

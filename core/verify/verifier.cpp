@@ -582,6 +582,7 @@ nlohmann::json reportToJson(const VerifyReport& r) {
         j["problems"] = p;
     }
     if (!r.warnings.empty()) j["warnings"] = r.warnings;
+    if (!r.findings.empty()) j["findings"] = r.findings;
     nlohmann::json st = nlohmann::json::array();
     for (const auto& res : r.results) {
         nlohmann::json s = {{"id", res.stage},
@@ -626,6 +627,7 @@ std::string reportToText(const VerifyReport& r, bool withStats) {
     if (r.failure) os << r.failure->toText();
     if (!r.confirmation.empty()) os << "  " << r.confirmation << "\n";
     if (r.failures.size() > 1) os << "\n  (" << r.failures.size() - 1 << " more failure(s) in later stages; see --json)\n";
+    for (const auto& f : r.findings) os << "finding: " << f << "\n";
     for (const auto& w : r.warnings) os << "warning: " << w << "\n";
     if (withStats) {
         std::uint32_t t1 = 0, t1b = 0, t2 = 0, t3 = 0;

@@ -42,6 +42,9 @@ struct VerifyReport {
     std::vector<Failure> failures;               ///< all failures, topologically ordered
     std::vector<PlanProblem> problems;           ///< for an invalid plan
     std::vector<std::string> warnings;
+    /// What the plan does that its own description does not say, in plain language (an nnScaler
+    /// plan's runtime pieces against its index maps): the explanation of a NOT EQUIVALENT.
+    std::vector<std::string> findings;
     Timing timing;
     unsigned jobs = 1;
     bool cancelled = false;
