@@ -466,6 +466,40 @@ private slots:
         QVERIFY2(report.failure->tensor.rfind("sum_1", 0) == 0, report.failure->tensor.c_str());
     }
 
+    // The forward all-reduce of the loss removed outright: no rank holds the whole loss it
+    // reports, so the loss is not claimed and the pair is at best INCONCLUSIVE, even though the
+    // operators align and every gradient is right.
+    void lossWithoutItsAllReduceIsUnchecked() {
+        const auto logical = load("mlp_mgener_dp1_pp1_tp1_nm1_gbs16_dim1024_ly2");
+        auto parallel = load("mlp_mgener_dp1_pp1_tp2_nm1_gbs16_dim1024_ly2");
+        std::size_t removed = 0;
+        for (auto& [d, cells] : parallel.programs)
+            removed += std::erase_if(cells, [](const Cell& c) {
+                return c.kind == CellKind::Adapter && c.forwardAdapter && c.primitives.size() == 1 && c.primitives[0].kind == "AllReduceIdentityPrim";
+            });
+        QCOMPARE(removed, std::size_t(2));
+        auto r = importPair(logical, parallel);
+        QVERIFY(!r.unchecked.empty());
+        QVERIFY2(r.unchecked.front().find("whole loss") != std::string::npos, r.unchecked.front().c_str());
+    }
+
+    // A backward cell run twice on a rank adds its gradients twice (autograd accumulates): never
+    // taken for a rebinding of the same value, whatever the dataflow between the two writes.
+    void backwardRunTwiceIsCaught() {
+        const auto logical = load("mlp_mgener_dp1_pp1_tp1_nm1_gbs16_dim1024_ly2");
+        auto parallel = load("mlp_mgener_dp1_pp1_tp2_nm1_gbs16_dim1024_ly2");
+        auto& cells = parallel.programs.at(0);
+        auto it = std::find_if(cells.begin(), cells.end(), [](const Cell& c) { return c.kind == CellKind::Backward && c.signature == "torch.nn.functional.linear"; });
+        QVERIFY(it != cells.end());
+        const Cell twice = *it;
+        cells.insert(it, twice);
+        auto r = importPair(logical, parallel);
+        auto read = readPlanJson(r.plan);
+        QVERIFY(read.ok());
+        auto report = verifyPlan(*read.plan);
+        QVERIFY2(report.verdict == Verdict::NotEquivalent, std::string(toString(report.verdict)).c_str());
+    }
+
     // Pairs that are not a logical plan and a parallel plan of it are refused with a reason.
     void mappingErrors() {
         auto mlp0 = load("mlp_mgener_dp1_pp1_tp1_nm1_gbs16_dim1024_ly2");

@@ -104,6 +104,7 @@ int mutateCommand(const Args& args) {
     limitMemory(vo.memoryMiB, vo.jobs);
     RunGuard guard(vo.runSeconds);
     tv::VerifyReport report = injected.opened ? verifyGuarded(*injected.opened->plan, vo, guard) : tv::invalidReport(m.problems);
+    guard.runFinished();
     if (injected.opened) tv::session::finishReport(*injected.opened, report);
     const double verifySeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
     const auto judgement = tv::session::judgeBug(m, report);

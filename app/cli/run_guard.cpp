@@ -79,7 +79,7 @@ RunGuard::RunGuard(double budgetSeconds) {
 
 RunGuard::~RunGuard() {
     finished_ = true;
-    thread_.join();
+    if (thread_.joinable()) thread_.join();
     pthread_sigmask(SIG_SETMASK, &old_, nullptr);  // a signal still pending ends the process as usual
 }
 
@@ -88,6 +88,13 @@ void RunGuard::attach(std::function<void()> cancel, std::function<std::string()>
     cancel_ = std::move(cancel);
     progress_ = std::move(progress);
     if (pendingCancel_ && cancel_) cancel_();
+}
+
+void RunGuard::runFinished() {
+    detach();
+    finished_ = true;
+    if (thread_.joinable()) thread_.join();
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
 }
 
 void RunGuard::detach() {

@@ -47,6 +47,10 @@ public:
     void detach();
     /// Seconds left of the budget (0: no budget; at least a millisecond while one is set).
     double secondsLeft() const;
+    /// The run has its report: the last resort no longer applies (writing the report and
+    /// freeing a large plan may take longer than the 2 s grace past the budget, and the verdict
+    /// already printed must stay the only one). A signal from here on ends the process as usual.
+    void runFinished();
 
 private:
     void watch();

@@ -40,6 +40,7 @@ int verifyCommand(const Args& args) {
     RunGuard guard(opts.runSeconds);
     auto opened = pair ? session::openPair(logicalPath, parallelPaths, relationsPath) : session::openPlanFile(path);
     VerifyReport report = opened.ok() ? verifyGuarded(*opened.opened->plan, opts, guard) : std::move(opened.refusal);
+    guard.runFinished();
     report.timing.load = opened.seconds;
     report.timing.total += opened.seconds;
     if (opened.ok()) session::finishReport(*opened.opened, report);

@@ -72,9 +72,9 @@ public:
     std::vector<HandleInfo> handles;
     json tensors = json::array(), ops = json::array();
     std::vector<std::vector<Handle>> opInputs;  ///< each op's operands, as handles (ops' order)
-    /// Whether `from` is computed from `to` (directly or through other ops), looking at no more
-    /// than `budget` tensors; false past it.
-    bool dependsOn(Handle from, Handle to, std::size_t budget = 1u << 20) const;
+    /// Whether `from` is computed from `to` through ops of the given kinds only, looking at no
+    /// more than `budget` tensors; false past it.
+    bool dependsOn(Handle from, Handle to, const std::set<std::string, std::less<>>& through, std::size_t budget) const;
 
     Handle tensor(const std::string& base, Shape shape, const char* role, bool isInt, int rank, int mb);
     void op(const std::string& kind, const std::string& base, const std::vector<Handle>& ins, const std::vector<Handle>& outs,

@@ -249,10 +249,13 @@ void Importer::localOrCollective(const Plan& plan, GraphWriter& g, RankSim& s, c
         // out of order (a stage boundary's moves delivering pieces to the wrong receivers).
         const auto& tin = sub(plan, inId);
         const auto d = static_cast<std::size_t>(attrs["dim"].get<int>());
-        const auto piece = tin.box[d].second - tin.box[d].first;
         const auto pos = std::find(group.begin(), group.end(), s.rank) - group.begin();
+        const bool comparable = d < tin.box.size() && d < tout.box.size() && pos < static_cast<std::ptrdiff_t>(group.size());
+        const auto piece = comparable ? tin.box[d].second - tin.box[d].first : 0;
         if (piece > 0 && tout.box[d].second - tout.box[d].first == piece * static_cast<std::int64_t>(group.size())) {
-            const auto labelled = (tin.box[d].first - tout.box[d].first) / piece;
+            // A start off the piece grid is labelled as no piece at all (-1).
+            const auto offset = tin.box[d].first - tout.box[d].first;
+            const auto labelled = offset % piece == 0 ? offset / piece : -1;
             auto& m = gatherMismatches[c.id];
             ++m.executions;
             if (m.tensor.empty()) m.tensor = tout.name;

@@ -48,17 +48,19 @@ void GraphWriter::op(const std::string& kind, const std::string& base, const std
     ops.push_back(std::move(o));
 }
 
-bool GraphWriter::dependsOn(Handle from, Handle to, std::size_t budget) const {
+bool GraphWriter::dependsOn(Handle from, Handle to, const std::set<std::string, std::less<>>& through, std::size_t budget) const {
+    if (from == to) return true;
     std::vector<Handle> work{from};
     std::unordered_set<Handle> seen{from};
     while (!work.empty() && seen.size() <= budget) {
         Handle h = work.back();
         work.pop_back();
-        if (h == to) return true;
         auto op = handles[static_cast<std::size_t>(h)].producerOp;
-        if (op < 0) continue;
-        for (auto in : opInputs[static_cast<std::size_t>(op)])
+        if (op < 0 || !through.count(ops[static_cast<std::size_t>(op)]["op"].get_ref<const std::string&>())) continue;
+        for (auto in : opInputs[static_cast<std::size_t>(op)]) {
+            if (in == to) return true;
             if (seen.insert(in).second) work.push_back(in);
+        }
     }
     return false;
 }

@@ -150,12 +150,15 @@ void Importer::write(GraphWriter& g, RankSim& s, const SubTensor& t, Handle h, b
 /// an adapter that gathers a rank's gradient piece and chunks it back (a pipeline boundary inside a
 /// tensor-parallel pair: move, all-gather, then the next adapter's chunk) writes the id its move
 /// already wrote, and the runtime rebinds the variable. Adding the two would double the gradient
-/// (a false NOT EQUIVALENT). Two independent contributions (a backward op's and an adapter's,
-/// which autograd adds) never read each other and are still added.
+/// (a false NOT EQUIVALENT). Only an adapter's write is a rebinding, and only one that moves
+/// the first value through communication alone (moves, gathers, chunks, copies): a backward
+/// operator's second write is autograd's accumulation and is always added (a backward cell run
+/// twice adds its gradient twice), as is any write that computes with the first value.
 void Importer::replaceRederivedGradients() {
+    static const std::set<std::string, std::less<>> communication = {"send_recv", "all_gather", "chunk", "identity", "broadcast"};
     std::map<std::int64_t, std::size_t> byAdapter;
     for (const auto& gs : gradientSums) {
-        if (!pg.dependsOn(gs.second, gs.first, 4096)) continue;
+        if (gs.adapter < 0 || gs.second == gs.first || !pg.dependsOn(gs.second, gs.first, communication, 4096)) continue;
         auto& o = pg.ops[gs.op];
         o["op"] = "identity";
         o["inputs"] = json::array({pg.name(gs.second)});

@@ -204,13 +204,16 @@ void Importer::buildLineage() {
         for (auto out : low.outputs)
             if (out >= 0 && lg.shape(out) == lg.shape(low.inputs[0])) copied[out] = low.inputs[0];
     }
+    // Only to a tensor an op computes: a record of a given tensor (a weight, the data, a mask)
+    // whose parallel tensors are given too would be an assumption, never proven.
     auto original = [&](Handle h) {
+        Handle o = h;
         for (std::size_t hops = 0; hops <= copied.size(); ++hops) {
-            auto it = copied.find(h);
+            auto it = copied.find(o);
             if (it == copied.end()) break;
-            h = it->second;
+            o = it->second;
         }
-        return h;
+        return lg.handles[static_cast<std::size_t>(o)].producerOp >= 0 ? o : h;
     };
     auto addSite = [&](const Cell& lc, int kind, int pos, Handle lh, const SubTensor& lsub, Handle ph, const SubTensor& psub, int replica, int mb) {
         if (lh < 0 || ph < 0) return;
@@ -374,13 +377,17 @@ void Importer::buildLineage() {
             }
         }
         if (lossSite.logical >= 0) {
+            bool anyWhole = false;
             for (const auto& [key, h] : state) {
                 auto [rank, id, mb] = key;
                 if (rank < 0) continue;
                 const auto& t = P.tensors.at(id);
-                if (t.isLoss && !t.isGrad && t.parts == 1 && !claimed.count(pg.name(h)))
-                    lossSite.instances.push_back({h, &t, rank / devices, mb});
+                if (!t.isLoss || t.isGrad || t.parts != 1) continue;
+                anyWhole = true;
+                if (!claimed.count(pg.name(h))) lossSite.instances.push_back({h, &t, rank / devices, mb});
             }
+            if (!anyWhole)
+                result.unchecked.push_back("the loss: no rank of the parallel plan holds the whole loss it reports (only parts of it; is the all-reduce of the loss missing?)");
             if (!lossSite.instances.empty() && !addRecord(lossSite))
                 result.unchecked.push_back("the loss the parallel plan's ranks report (" + std::to_string(lossSite.instances.size()) +
                                            " full-valued copies) does not make up one copy per lane: it could not be related to the logical loss");

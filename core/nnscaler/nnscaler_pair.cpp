@@ -92,7 +92,9 @@ void applyMappingLimits(const PairLoad& pair, VerifyReport& report) {
     for (const auto& u : pair.unchecked) report.warnings.push_back("nnScaler mapping: not checked: " + u);
     // A pair found NOT EQUIVALENT is explained by what the runtime does against the labels;
     // otherwise that is only worth a warning (the runtime's pieces are what is verified).
-    if (report.verdict == Verdict::NotEquivalent) report.findings = pair.findings;
+    const bool proofFailed = report.verdict == Verdict::NotEquivalent && report.failure &&
+                             (report.failure->kind == FailureKind::Counterexample || report.failure->kind == FailureKind::DataflowBroken);
+    if (proofFailed) report.findings = pair.findings;
     else
         for (const auto& f : pair.findings) report.warnings.push_back("nnScaler mapping: " + f + "; the runtime's pieces are what is verified");
     if (report.verdict != Verdict::Equivalent || pair.unchecked.empty()) return;
