@@ -48,6 +48,19 @@ std::size_t findOp(const nlohmann::json& plan, const std::string& kind, F pick) 
     return std::string::npos;
 }
 
+/// The verdict of a pair of (edited) plans, mapped and verified: "equivalent", ..., or
+/// "unsupported SIGNATURE" when the mapping stops at an operator or primitive without semantics.
+QString verdictOf(const nnscaler::Plan& logical, const nnscaler::Plan& parallel) {
+    try {
+        auto r = importPair(logical, parallel);
+        auto read = readPlanJson(r.plan);
+        if (!read.ok()) return QStringLiteral("unreadable mapped plan");
+        return QString::fromStdString(std::string(toString(verifyPlan(*read.plan).verdict)));
+    } catch (const UnsupportedOperator& e) {
+        return QStringLiteral("unsupported ") + QString::fromStdString(e.signature);
+    }
+}
+
 }  // namespace
 
 class TestNnScaler : public QObject {
@@ -652,16 +665,7 @@ private slots:
                         ++replaced;
                     }
         QCOMPARE(replaced, 4);  // forward and backward adapter on each of the two ranks
-        try {
-            auto r = importPair(logical, parallel);
-            auto read = readPlanJson(r.plan);
-            QVERIFY(read.ok());
-            auto report = verifyPlan(*read.plan);
-            QCOMPARE(QString::fromStdString(std::string(toString(report.verdict))), verdict);
-        } catch (const UnsupportedOperator& e) {
-            QCOMPARE(verdict, QStringLiteral("unsupported"));
-            QCOMPARE(QString::fromStdString(e.signature), primitive);
-        }
+        QCOMPARE(verdictOf(logical, parallel), verdict == "unsupported" ? "unsupported " + primitive : verdict);
     }
 
     // A custom differentiable adapter (nnScaler's `custom` True: not recognised by DiffFusion)
@@ -703,16 +707,7 @@ private slots:
                 ++rewritten;
             }
         QCOMPARE(rewritten, 4);
-        try {
-            auto r = importPair(logical, parallel);
-            auto read = readPlanJson(r.plan);
-            QVERIFY(read.ok());
-            auto report = verifyPlan(*read.plan);
-            QCOMPARE(QString::fromStdString(std::string(toString(report.verdict))), verdict);
-        } catch (const UnsupportedOperator& e) {
-            QCOMPARE(verdict, QStringLiteral("unsupported"));
-            QCOMPARE(QString::fromStdString(e.signature), forwardPrimitive);
-        }
+        QCOMPARE(verdictOf(logical, parallel), verdict == "unsupported" ? "unsupported " + forwardPrimitive : verdict);
     }
 
     // The two kinds of stage-boundary permutation (docs/nnscaler.md §5.1), made in the llama dp2
