@@ -166,7 +166,7 @@ void Importer::replaceRederivedGradients() {
         ++byAdapter[gs.adapter];
     }
     for (const auto& [id, n] : byAdapter)
-        note((id >= 0 ? "adapter #" + std::to_string(id) : std::string("an operator")) + " writes " + std::to_string(n) +
+        note("adapter #" + std::to_string(id) + " writes " + std::to_string(n) +
              " activation gradient(s) again from the value the rank already holds (gathered and chunked back): the value is replaced, not added");
 }
 
