@@ -16,6 +16,7 @@
 #include "nnscaler/nnscaler_import.hpp"
 #include "nnscaler/nnscaler_pair.hpp"
 #include "nnscaler/nnscaler_plan.hpp"
+#include "verify/symmetry.hpp"
 #include "verify/verifier.hpp"
 
 using namespace tv;
@@ -552,39 +553,75 @@ private slots:
         QVERIFY2(missing.report.failure->message.find("/nonexistent/plan.pkl") != std::string::npos, missing.report.failure->message.c_str());
     }
 
-    /// The mapping's work is linear in dp: a reducer's group (its devices on every replica) is
-    /// built once, not once per rank, and its members are not compared against it again. Counted
-    /// (ImportResult::groupRanksHandled), not timed: per replica the count stays the same from dp 2
-    /// to dp 64, where building the group per execution grows it 32-fold.
-    void mappingIsLinearInDp() {
+    /// The data-parallel replicas are stored once (plan format 2): the mapping runs replica 0's
+    /// programs whatever dp is, so its work and its plan do not grow with dp. Counted, not timed:
+    /// the same ops, tensors and group ranks at dp 2, 8 and 64; only replica 0's ranks; each
+    /// reducer one all-reduce across replicas; every lineage record says how it repeats.
+    void replicasAreStoredOnce() {
         const auto logical = load("mlp_mgener_dp1_pp1_tp1_nm1_gbs16_dim1024_ly2");
         auto parallel = load("mlp_mgener_dp2_pp2_tp2_nm2_gbs16_dim1024_ly2");
         const auto devices = static_cast<int>(parallel.devices.size());
-        std::uint64_t perReplica = 0;
-        std::size_t opsPerReplica = 0;
-        for (int dp : {2, 8, 64}) {
+        std::uint64_t groupRanks = 0;
+        std::size_t ops = 0, tensors = 0;
+        for (int dp : {1, 2, 8, 64}) {
             parallel.runtimeRanks = dp * devices;
             const auto r = importPair(logical, parallel);
-            const auto ops = r.plan["parallel"]["ops"].size();
+            const auto& par = r.plan["parallel"];
             QVERIFY(r.groupRanksHandled > 0);
-            if (dp == 2) {
-                perReplica = r.groupRanksHandled / 2;
-                opsPerReplica = ops / 2;
+            if (dp == 1) {
+                QCOMPARE(r.plan["version"].get<int>(), 1);
+                QVERIFY(!par.contains("replicas"));
+                for (const auto& rec : r.plan["lineage"]) QVERIFY(!rec.contains("replicas"));
                 continue;
             }
-            QCOMPARE(r.groupRanksHandled, perReplica * static_cast<std::uint64_t>(dp));
-            QVERIFY(ops <= opsPerReplica * static_cast<std::size_t>(dp) + 8);
+            QCOMPARE(r.plan["version"].get<int>(), 2);
+            QCOMPARE(par["replicas"], (nlohmann::json{{"axis", "dp"}}));
+            QCOMPARE(par["mesh"]["dp"].get<int>(), dp);
+            if (dp == 2) {
+                groupRanks = r.groupRanksHandled;
+                ops = par["ops"].size();
+                tensors = par["tensors"].size();
+            }
+            QCOMPARE(r.groupRanksHandled, groupRanks);
+            QCOMPARE(par["ops"].size(), ops);
+            QCOMPARE(par["tensors"].size(), tensors);
+            for (const auto& t : par["tensors"]) QVERIFY(t["rank"].get<int>() < devices);
+            std::size_t reducers = 0;
+            for (const auto& o : par["ops"]) {
+                const bool reducer = o["outputs"][0].get<std::string>().find("grad.reduced") != std::string::npos;
+                QCOMPARE(o.value("across_replicas", false), reducer);
+                if (reducer) {
+                    ++reducers;
+                    QCOMPARE(o["op"].get<std::string>(), std::string("all_reduce"));
+                    for (const auto& g : o["group"]) QVERIFY(g.get<int>() < devices);
+                }
+            }
+            QVERIFY(reducers > 0);
+            std::set<std::string> modes;
+            for (const auto& rec : r.plan["lineage"]) {
+                QVERIFY(rec.contains("replicas"));
+                modes.insert(rec["replicas"].is_string() ? rec["replicas"].get<std::string>() : std::string("split_dim"));
+            }
+            // Data and activations split along the batch, weights and their gradients copies,
+            // the loss the sum of the replicas' lanes (at dp 2, the plan's own: at other degrees
+            // its lanes no longer tile the logical batch, a finding, and only copies remain).
+            if (dp == 2) QCOMPARE(modes, (std::set<std::string>{"copies", "split_dim", "sum"}));
+            else QCOMPARE(r.findings.size(), std::size_t(1));
         }
         // Past the bound on cell executions, the mapping stops before it writes anything.
         std::size_t cells = 0;
         for (const auto& [d, prog] : parallel.programs) cells += prog.size();
-        parallel.runtimeRanks = static_cast<int>(kMaxCellExecutions / cells + 1) * devices;
+        ImportOptions small;
+        small.maxCellExecutions = cells - 1;
+        parallel.runtimeRanks = 2 * devices;
         try {
-            importPair(logical, parallel);
+            importPair(logical, parallel, small);
             QFAIL("a mapping past the bound on cell executions was written out");
         } catch (const MappingTooLarge& e) {
-            QVERIFY2(std::string(e.what()).find("1048576 cell executions the mapping writes out") != std::string::npos, e.what());
+            QVERIFY2(std::string(e.what()).find(std::to_string(cells - 1) + " cell executions the mapping writes out") != std::string::npos, e.what());
         }
+        small.maxCellExecutions = cells;
+        QVERIFY(!importPair(logical, parallel, small).plan.is_null());
         // Two cells of one reducer that span different devices are refused, naming both.
         parallel.runtimeRanks = 2 * devices;
         Cell* last = nullptr;  // the reducer #164 of device 1 (devices 0 and 1, as on device 0)
@@ -599,6 +636,107 @@ private slots:
         } catch (const NnScalerError& e) {
             QVERIFY2(std::string(e.what()).find("the reducer spans devices") != std::string::npos, e.what());
         }
+    }
+
+    // Stored once, a pair verifies as it does written out for every replica (expandReplicas, the
+    // meaning of format 2): the same verdict correct, and with a weight's gradient left out of
+    // its reducer (each replica then updates with its own part of the gradient), NOT EQUIVALENT
+    // at that weight's gradient both ways.
+    void storedOnceVerifiesAsWrittenOut_data() {
+        QTest::addColumn<QString>("logical");
+        QTest::addColumn<QString>("parallel");
+        QTest::addColumn<bool>("dropReducedWeight");
+        const char* mlpL = "mlp_mgener_dp1_pp1_tp1_nm1_gbs16_dim1024_ly2";
+        const char* mlpP = "mlp_mgener_dp2_pp2_tp2_nm2_gbs16_dim1024_ly2";
+        const char* gptL = "gpt_mgener_dp1_pp1_tp1_nm1_gbs16_dim1024_ly1_h2_hi1024_sq2048";
+        const char* gptP = "gpt_mgener_dp2_pp2_tp2_nm2_gbs16_dim1024_ly1_h2_hi1024_sq2048";
+        QTest::newRow("mlp dp2 pp2 tp2") << mlpL << mlpP << false;
+        QTest::newRow("mlp dp2 pp2 tp2, a weight left out of its reducer") << mlpL << mlpP << true;
+        QTest::newRow("gpt dp2 pp2 tp2") << gptL << gptP << false;
+        QTest::newRow("gpt dp2 pp2 tp2, a weight left out of its reducer") << gptL << gptP << true;
+    }
+    void storedOnceVerifiesAsWrittenOut() {
+        QFETCH(QString, logical);
+        QFETCH(QString, parallel);
+        QFETCH(bool, dropReducedWeight);
+        const auto L = load(logical);
+        auto P = load(parallel);
+        std::string weight;
+        if (dropReducedWeight) {
+            std::int64_t reducer = -1;
+            for (auto& [d, cells] : P.programs)
+                for (auto& c : cells)
+                    if (c.kind == CellKind::Reducer && !c.inputs.empty() && (reducer < 0 || c.id == reducer)) {
+                        reducer = c.id;
+                        weight = P.tensors.at(c.inputs[0].tensor).name;
+                        c.inputs.erase(c.inputs.begin());
+                    }
+            QVERIFY(reducer >= 0);
+        }
+        auto r = importPair(L, P);
+        QVERIFY(r.findings.empty());
+        auto read = readPlanJson(r.plan);
+        QVERIFY2(read.ok(), read.problems.empty() ? "" : read.problems[0].toString().c_str());
+        QVERIFY(read.plan->replication.active());
+        const auto asStored = verifyPlan(*read.plan);
+        const auto writtenOut = verifyPlan(expandReplicas(*read.plan));
+        QCOMPARE(static_cast<int>(asStored.verdict), static_cast<int>(writtenOut.verdict));
+        if (!dropReducedWeight) {
+            QVERIFY(asStored.verdict == Verdict::Equivalent);
+            QVERIFY(asStored.writtenOutStages > 0);
+            return;
+        }
+        QVERIFY(asStored.verdict == Verdict::NotEquivalent);
+        QVERIFY(asStored.failure && writtenOut.failure);
+        // Every failure is a weight gradient's claim; the first the same logical tensor both ways.
+        QCOMPARE(asStored.failure->tensor, writtenOut.failure->tensor);
+        for (const auto& f : asStored.failures) {
+            QVERIFY(f.stage != kNone);
+            const auto& rec = read.plan->lineage[asStored.stagePlan.stages[f.stage].output];
+            QVERIFY2(read.plan->logical.tensors[rec.logical].role == tv::Role::Gradient, (f.tensor + " is not a gradient; dropped " + weight).c_str());
+        }
+    }
+
+    // The 2,048-GPU plan (dp64, a microbatch of one sample): every device's forward operators of
+    // every microbatch align with the logical ones although their batch dim is annotated `1^`,
+    // so its activations are claimed, not only its final claims; and stored once its mapping is
+    // one replica's (its 18 findings counted over all 64).
+    void oneSampleMicrobatchesAlign() {
+        const auto L = load("llama3_default_dp1_pp1_tp1_nm1_gbs512_ly2_h32_hi4096_sq128");
+        const auto P = load("llama3_default_dp64_pp4_tp8_nm8_gbs512_ly2_h32_hi4096_sq128");
+        QCOMPARE(P.runtimeRanks, 2048);
+        const auto r = importPair(L, P);
+        for (const auto& n : r.notes) QVERIFY2(n.find("match no run") == std::string::npos, n.c_str());
+        QVERIFY(r.unchecked.empty());
+        QVERIFY(r.findings.empty());
+        QVERIFY2(r.plan["lineage"].size() > 250, std::to_string(r.plan["lineage"].size()).c_str());
+        QCOMPARE(r.plan["version"].get<int>(), 2);
+        QCOMPARE(r.runtimeFindings.size(), std::size_t(18));
+        for (const auto& f : r.runtimeFindings)
+            QVERIFY2(f.find("of its 4096 ") != std::string::npos && f.find("each of its 64 data-parallel replicas") != std::string::npos, f.c_str());
+    }
+
+    // nnScaler writes a dim of size 1 as `1^` (a lane of one sample): the operator is still the
+    // logical one, for alignment, if a logical dim name stands as `1^` everywhere it occurs.
+    void annotationsOfOneSampleLanes_data() {
+        QTest::addColumn<QString>("logical");
+        QTest::addColumn<QString>("parallel");
+        QTest::addColumn<bool>("same");
+        QTest::newRow("equal") << "a b c -> a b c" << "a b c -> a b c" << true;
+        QTest::newRow("batch of one") << "a b (c 128^) -> a b c 128^" << "1^ b (c 128^) -> 1^ b c 128^" << true;
+        QTest::newRow("batch of one in two operands") << "a b c^, a b c^ -> a b c^" << "1^ b c^, 1^ b c^ -> 1^ b c^" << true;
+        QTest::newRow("one occurrence left a name") << "a b c, a b c -> a b c" << "1^ b c, a b c -> 1^ b c" << false;
+        QTest::newRow("another name") << "a b -> a b" << "a c -> a c" << false;
+        QTest::newRow("a fixed dim is not a name") << "a^ b -> a^ b" << "1^ b -> 1^ b" << false;
+        QTest::newRow("other size") << "a b -> a b" << "2^ b -> 2^ b" << false;
+        QTest::newRow("other arity") << "a b -> a b" << "1^ b c -> 1^ b" << false;
+        QTest::newRow("empty") << "" << "" << true;
+    }
+    void annotationsOfOneSampleLanes() {
+        QFETCH(QString, logical);
+        QFETCH(QString, parallel);
+        QFETCH(bool, same);
+        QCOMPARE(tv::nnscaler::detail::sameAnnotation(logical.toStdString(), parallel.toStdString()), same);
     }
 
     // Programs damaged in 400 random ways (wrong operands, mirrors, keyword arguments of the

@@ -7,6 +7,7 @@
 #include "generate/generator.hpp"
 #include "io/plan_json.hpp"
 #include "model/instance_names.hpp"
+#include "verify/check.hpp"
 #include "verify/symmetry.hpp"
 #include "verify/verifier.hpp"
 
@@ -230,6 +231,52 @@ private slots:
         QVERIFY(rep.failure);
         QCOMPARE(QString::fromStdString(rep.failure->parallelOp), QStringLiteral("copy@r0~dp1"));
         QCOMPARE(rep.failure->rank, 1);
+    }
+
+    // A stage replica 0 proves alone is checked on the stored lane's part of each logical tensor
+    // split across the replicas, not on the whole batch: here a quarter of x and y. Counted in
+    // the stage's elements after shape reduction (16, where the whole logical tensors make the
+    // smallest shapes 40), and still NOT EQUIVALENT when the stored lane computes something else.
+    void storedLaneIsCheckedOnItsPart_data() {
+        QTest::addColumn<QString>("parallelOp");
+        QTest::addColumn<int>("verdict");
+        QTest::newRow("relu") << "relu" << static_cast<int>(Verdict::Equivalent);
+        QTest::newRow("neg instead") << "neg" << static_cast<int>(Verdict::NotEquivalent);
+    }
+    void storedLaneIsCheckedOnItsPart() {
+        QFETCH(QString, parallelOp);
+        QFETCH(int, verdict);
+        json doc = json::parse(R"({
+          "format": "trainverify-plan", "version": 2, "name": "relu-dp4",
+          "logical": {
+            "tensors": [{"id": "x", "role": "input", "shape": [8, 2]}, {"id": "y", "shape": [8, 2]}],
+            "ops": [{"id": "act", "op": "relu", "inputs": ["x"], "outputs": ["y"]}]},
+          "parallel": {
+            "mesh": {"dp": 4}, "microbatches": 1, "replicas": {"axis": "dp"},
+            "tensors": [{"id": "x@r0", "rank": 0, "role": "input", "shape": [2, 2]}, {"id": "y@r0", "rank": 0, "shape": [2, 2]}],
+            "ops": [{"id": "act@r0", "op": "relu", "rank": 0, "inputs": ["x@r0"], "outputs": ["y@r0"]}]},
+          "lineage": [
+            {"logical": "x", "replicas": {"split_dim": 0}, "slices": [{"box": [[0, 2], [0, 2]], "copies": [["x@r0"]]}]},
+            {"logical": "y", "replicas": {"split_dim": 0}, "slices": [{"box": [[0, 2], [0, 2]], "copies": [["y@r0"]]}]}]
+        })");
+        doc["parallel"]["ops"][0]["op"] = parallelOp.toStdString();
+        auto plan = read(doc);
+        QVERIFY(plan);
+        auto sp = cutStages(*plan);
+        QCOMPARE(sp.stages.size(), std::size_t(1));
+        std::unordered_map<TensorId, LaneSplit> splits;
+        QVERIFY(provenByReplicaZero(*plan, sp.stages[0], nullptr, &splits));
+        QCOMPARE(splits.size(), std::size_t(2));
+        for (const auto& [t, s] : splits) {
+            QCOMPARE(s.dim, 0);
+            QCOMPARE(s.lanes, 4);
+        }
+        const auto r = checkStage(*plan, sp.stages[0], CheckOptions{});
+        QCOMPARE(static_cast<int>(r.status == StageStatus::Equivalent ? Verdict::Equivalent : Verdict::NotEquivalent), verdict);
+        QCOMPARE(r.fullElements, std::uint64_t{40});
+        QCOMPARE(r.reducedElements, std::uint64_t{16});
+        // Written out, every replica's quarter is checked against the whole tensors: same verdict.
+        QCOMPARE(static_cast<int>(verifyPlan(expandReplicas(*plan)).verdict), verdict);
     }
 
     // Checked as stored, a wide data-parallel plan never writes its replicas out.

@@ -96,6 +96,8 @@ std::string sanitize(const std::string& s);
 /// `genmodel.model.llama3_moe`). Any other signature is returned as it is.
 std::string canonicalModelSignature(const std::string& sig);
 bool endsWith(std::string_view s, std::string_view suffix);
+/// Whether two operator annotations are the same but for dims of size 1 written `1^` in the second.
+bool sameAnnotation(const std::string& logical, const std::string& parallel);
 Shape extentOf(const SubTensor& t);
 Shape localShape(const SubTensor& t);
 bool isIntDtype(const std::string& d);
@@ -111,7 +113,6 @@ class RankSim : public GradBuilder {
 public:
     RankSim(GraphWriter& g, bool logical) : g_(g), logical_(logical) {}
     int rank = -1;    ///< runtime rank (-1: logical)
-    int shift = 0;    ///< rank shift of this replica
     int mb = -1;
     const char* phase = "forward";
     std::string prefix;
@@ -175,6 +176,9 @@ struct Collective {
     std::vector<int> group;
     std::map<int, Handle> in, out;  ///< by rank
     std::string where;
+    /// A reducer of a plan stored with replicas: the group is replica 0's part, and the
+    /// collective runs once over every replica's (plan format 2, `across_replicas`).
+    bool acrossReplicas = false;
 };
 
 /// The mapping of one pair while it runs: every rank's tensor state, the collectives being
@@ -188,6 +192,10 @@ struct Importer {
     ImportResult result;
     GraphWriter lg{false}, pg{true};
     int devices = 1, dp = 1, nm = 1;
+    /// The plan is written with its data-parallel replicas stored once (format 2): the programs
+    /// run for replica 0's ranks, [0, devices), the reducers run across replicas and each lineage
+    /// record says how it repeats.
+    bool storedOnce() const { return dp > 1; }
 
     // Tensor state: what each (rank, sub-tensor id, microbatch) currently is.
     std::map<std::tuple<int, std::int64_t, int>, Handle> state;
@@ -264,13 +272,13 @@ struct Importer {
 
     // ----- running the programs (nnscaler_rank_sim.cpp) -----
 
-    void runProgram(const Plan& plan, GraphWriter& g, int device, int replica, bool logical);
+    void runProgram(const Plan& plan, GraphWriter& g, int device, bool logical);
     void backward(const Plan& plan, GraphWriter& g, RankSim& s, const Cell& c, int mbKey, const std::string& where);
     std::vector<Handle> vjp(GraphWriter& g, RankSim& s, const Lowered& fw, const std::vector<Handle>& outGrads);
 
     // ----- adapters and reducers (nnscaler_adapters.cpp) -----
 
-    std::vector<int> groupOf(const json& kwargs, const std::string& key, int shift, const std::string& where) const;
+    std::vector<int> groupOf(const json& kwargs, const std::string& key, const std::string& where) const;
     Collective& member(const CollectiveKey& key, const std::string& kind, const json& attrs, const std::vector<int>& group, const std::string& where,
                        bool groupInKey = false);
     static void knownKeywordsOnly(const Primitive& pr, const std::string& where);
@@ -279,9 +287,9 @@ struct Importer {
     void localOrCollective(const Plan& plan, GraphWriter& g, RankSim& s, const Cell& c, int pi, const std::string& kind, json attrs,
                            const std::vector<int>& group, std::int64_t inId, std::int64_t outId, const std::string& where);
 
-    /// A reducer's group: its devices on every replica, sorted, built once per reducer (its
-    /// every execution, one per rank, shares it). Every cell with the reducer's id must span the
-    /// same devices.
+    /// A reducer's group: its devices (replica 0's part of the group across replicas), sorted,
+    /// built once per reducer (its every execution, one per rank, shares it). Every cell with the
+    /// reducer's id must span the same devices.
     struct ReducerGroup {
         std::vector<int> devices, ranks;
         std::string where;
@@ -306,7 +314,7 @@ struct Importer {
     bool batchNoted_ = false;
     json records = json::array();
 
-    bool logicalBox(const SubTensor& p, const SubTensor& l, int replica, int mb, std::vector<std::pair<std::int64_t, std::int64_t>>& box);
+    bool logicalBox(const SubTensor& p, const SubTensor& l, int replica, int mb, std::vector<std::pair<std::int64_t, std::int64_t>>& box, int& batchDim);
     bool addRecord(const Site& site);
     static bool skippedInAlignment(const Cell& c);
     int rankOfParallel(Handle h) const;

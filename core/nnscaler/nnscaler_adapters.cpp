@@ -1,8 +1,8 @@
 // The adapters of the nnScaler mapping: an adapter's primitives (or a fused primitive, with its
 // forward or backward meaning) become local ops (identity, chunk with the runtime's piece) or
 // collectives, whose members are matched across ranks and checked to agree before each is
-// written once (emitCollectives); a weight reducer becomes an all-reduce over its devices on
-// every data-parallel replica.
+// written once (emitCollectives); a weight reducer becomes an all-reduce over its devices,
+// across every data-parallel replica.
 #include "nnscaler/import_detail.hpp"
 
 #include <algorithm>
@@ -12,13 +12,13 @@
 
 namespace tv::nnscaler::detail {
 
-std::vector<int> Importer::groupOf(const json& kwargs, const std::string& key, int shift, const std::string& where) const {
+std::vector<int> Importer::groupOf(const json& kwargs, const std::string& key, const std::string& where) const {
     std::vector<int> gr;
     if (!kwargs.contains(key) || !kwargs[key].is_array()) throw NnScalerError(where + ": the primitive has no \"" + key + "\" list");
     for (const auto& r : kwargs[key]) {
         if (!r.is_number_integer() || r.get<std::int64_t>() < 0 || r.get<std::int64_t>() >= devices)
             throw NnScalerError(where + ": rank " + r.dump() + " in \"" + key + "\" is not a plan device");
-        gr.push_back(static_cast<int>(r.get<std::int64_t>()) + shift);
+        gr.push_back(static_cast<int>(r.get<std::int64_t>()));
     }
     if (gr.empty()) throw NnScalerError(where + ": the primitive's \"" + key + "\" list is empty");
     std::vector<int> sorted = gr;
@@ -102,7 +102,7 @@ void Importer::adapter(const Plan& plan, GraphWriter& g, RankSim& s, const Cell&
         }
         std::string kind;
         json attrs = json::object();
-        auto group = groupOf(pr.kwargs, "ranks", s.shift, where);
+        auto group = groupOf(pr.kwargs, "ranks", where);
         std::sort(group.begin(), group.end());
         const bool fw = c.forwardAdapter;
         const std::string& k = pr.kind;
@@ -132,8 +132,8 @@ void Importer::adapter(const Plan& plan, GraphWriter& g, RankSim& s, const Cell&
         const auto& pr = c.primitives[pi];
         const std::string& k = pr.kind;
         if (k == "MovePrim") {
-            auto src = groupOf(json{{"r", json::array({pr.kwargs.value("src", json())})}}, "r", s.shift, where + " (src)")[0];
-            auto dst = groupOf(json{{"r", json::array({pr.kwargs.value("dst", json())})}}, "r", s.shift, where + " (dst)")[0];
+            auto src = groupOf(json{{"r", json::array({pr.kwargs.value("src", json())})}}, "r", where + " (src)")[0];
+            auto dst = groupOf(json{{"r", json::array({pr.kwargs.value("dst", json())})}}, "r", where + " (dst)")[0];
             std::int64_t tid = !pr.inputs.empty() ? pr.inputs[0] : !pr.outputs.empty() ? pr.outputs[0] : -1;
             if (tid < 0) throw NnScalerError(where + ": MovePrim moves no tensor");
             CollectiveKey key{c.id, 0, s.mb, tid, {src, dst}};
@@ -153,8 +153,8 @@ void Importer::adapter(const Plan& plan, GraphWriter& g, RankSim& s, const Cell&
         }
         if (pr.inputs.size() > 1 || pr.outputs.size() > 1) throw NnScalerError(where + ": " + k + " with several inputs or outputs");
         if (k == "BroadcastPrim") {
-            auto ranks = groupOf(pr.kwargs, "ranks", s.shift, where);
-            int src = groupOf(json{{"r", json::array({pr.kwargs.value("src", json())})}}, "r", s.shift, where + " (src)")[0];
+            auto ranks = groupOf(pr.kwargs, "ranks", where);
+            int src = groupOf(json{{"r", json::array({pr.kwargs.value("src", json())})}}, "r", where + " (src)")[0];
             std::vector<int> group{src};
             for (int r : ranks) if (r != src) group.push_back(r);
             std::int64_t tid = !pr.outputs.empty() ? pr.outputs[0] : pr.inputs.empty() ? -1 : pr.inputs[0];
@@ -172,7 +172,7 @@ void Importer::adapter(const Plan& plan, GraphWriter& g, RankSim& s, const Cell&
             continue;
         }
         if (pr.inputs.size() != 1 || pr.outputs.size() != 1) throw NnScalerError(where + ": " + k + " needs one input and one output");
-        auto group = groupOf(pr.kwargs, "ranks", s.shift, where);
+        auto group = groupOf(pr.kwargs, "ranks", where);
         std::sort(group.begin(), group.end());
         std::string kind;
         json attrs = json::object();
@@ -288,7 +288,7 @@ const std::vector<int>& Importer::reducerGroup(const Cell& c, const std::string&
     rg.where = where;
     for (int d : c.devices) {
         if (d < 0 || d >= devices) throw NnScalerError(where + ": device " + std::to_string(d) + " is not a plan device");
-        for (int r = 0; r < dp; ++r) rg.ranks.push_back(d + r * devices);
+        rg.ranks.push_back(d);
     }
     std::sort(rg.ranks.begin(), rg.ranks.end());
     if (std::adjacent_find(rg.ranks.begin(), rg.ranks.end()) != rg.ranks.end())
@@ -314,6 +314,7 @@ void Importer::reducer(const Plan& plan, GraphWriter& g, RankSim& s, const Cell&
         }
         CollectiveKey ck{c.id, static_cast<int>(k), -1, -1, {}};  // the reducer's id names its group
         auto& col = member(ck, "all_reduce", json::object(), group, where, true);
+        col.acrossReplicas = storedOnce();
         col.in[s.rank] = in;
         Handle out = g.tensor(tensorBase(w) + ".grad.reduced" + s.where(), shapeOf(w), "gradient", false, s.rank, -1);
         col.out[s.rank] = out;
@@ -359,6 +360,7 @@ void Importer::emitCollectives() {
             for (int r : col.group) ins.push_back(col.in.at(r));
         }
         pg.op(col.kind, instance::nnScalerCollectiveName(col.kind, key.adapter, key.mb, col.group[0]), ins, outs, col.attrs, -1, key.mb, "communication", &col.group);
+        if (col.acrossReplicas) pg.ops.back()["across_replicas"] = true;
     }
 }
 

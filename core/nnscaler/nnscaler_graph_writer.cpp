@@ -76,18 +76,21 @@ void GraphWriter::rename(Handle h, const std::string& base) {
     hi.name = std::move(name);
 }
 
+/// A name not used yet: `base`, else `base+1`, `base+2`, ... Never with `~`, which marks a
+/// written-out instance (`~dp1`, `~mb1`) in a plan stored with replicas (instance::storedName).
 std::string GraphWriter::fresh(std::unordered_map<std::string, int>& used, const std::string& base) {
     auto [it, inserted] = used.try_emplace(base, 0);
     if (inserted) return base;
     for (;;) {
-        std::string n = base + "~" + std::to_string(++it->second);
+        std::string n = base + "+" + std::to_string(++it->second);
         if (used.try_emplace(n, 0).second) return n;
     }
 }
 
 std::string sanitize(const std::string& s) {
     std::string out;
-    for (char c : s) out += (c == ' ' || c == '"' || c == '\\' || static_cast<unsigned char>(c) < 32) ? '_' : c;
+    // `~` marks written-out instances (instance::storedName): never part of a mapped name.
+    for (char c : s) out += (c == ' ' || c == '"' || c == '\\' || c == '~' || static_cast<unsigned char>(c) < 32) ? '_' : c;
     return out.empty() ? "t" : out;
 }
 

@@ -174,6 +174,9 @@ void Importer::replaceRederivedGradients() {
 /// rank holds: the two kinds of stage-boundary permutation (docs/nnscaler.md §5.1). The runtime's
 /// piece is what is verified; these say why a plan that looks right by its labels is not.
 void Importer::describeMismatches() {
+    // Counted on replica 0, the one the mapping runs: every replica runs the same adapters.
+    const auto perStep = [&](std::size_t n) { return std::to_string(n * static_cast<std::size_t>(dp)); };
+    const std::string replicasText = dp > 1 ? ", the same on each of its " + std::to_string(dp) + " data-parallel replicas" : "";
     auto devicesText = [](const std::set<int>& ds) {
         std::string s;
         for (int d : ds) s += (s.empty() ? "" : ", ") + std::to_string(d);
@@ -183,16 +186,16 @@ void Importer::describeMismatches() {
         if (m.count == 0) continue;
         result.runtimeFindings.push_back(
             "adapter #" + std::to_string(id) + " (" + m.tensor + "): nnScaler's runtime chunk takes piece torch.distributed.get_rank(group), the rank's " +
-            "position in the sorted group, but the index maps label another piece in " + std::to_string(m.count) + " of its " +
-            std::to_string(m.executions) + " chunk executions (plan devices " + devicesText(m.ranks) + "; e.g. " + m.example +
+            "position in the sorted group, but the index maps label another piece in " + perStep(m.count) + " of its " +
+            perStep(m.executions) + " chunk executions (plan devices " + devicesText(m.ranks) + replicasText + "; e.g. " + m.example +
             "): the pieces are sent permuted, where the labels say they are in order");
     }
     for (const auto& [id, m] : gatherMismatches) {
         if (m.count == 0) continue;
         result.runtimeFindings.push_back(
             "adapter #" + std::to_string(id) + " (" + m.tensor + "): nnScaler's runtime all-gather concatenates the members in sorted-rank order, but " +
-            std::to_string(m.count) + " of its " + std::to_string(m.executions) + " member inputs are labelled as another piece than their position " +
-            "(plan devices " + devicesText(m.ranks) + "; e.g. " + m.example +
+            perStep(m.count) + " of its " + perStep(m.executions) + " member inputs are labelled as another piece than their position " +
+            "(plan devices " + devicesText(m.ranks) + replicasText + "; e.g. " + m.example +
             "): the stage boundary's moves deliver pieces to receivers in other slots, so the gathered tensor is out of order");
     }
 }
@@ -258,16 +261,17 @@ ImportResult importPair(const Plan& logical, const Plan& parallel, const ImportO
                 if (o.tensor >= 0 && o.grad >= 0 && logical.tensors.at(o.tensor).isParameter())
                     im.logicalGradOf.emplace(logical.tensors.at(o.tensor).fullId, logical.tensors.at(o.grad).fullId);
         }
-    // Bounded work: every cell runs once per replica.
+    // Bounded work: every cell of one replica runs once. The data-parallel replicas are stored
+    // once (plan format version 2): nnScaler's plan lists one replica's devices and its runtime
+    // runs the same programs on every replica with the ranks shifted, which is exactly what a
+    // version 2 plan means; only the reducers span the replicas.
     std::size_t cells = 0;
     for (const auto& [d, prog] : parallel.programs) cells += prog.size();
-    if (static_cast<std::uint64_t>(cells) * static_cast<std::uint64_t>(im.dp) > kMaxCellExecutions)
-        throw MappingTooLarge("the parallel plan runs " + std::to_string(cells) + " cells on each of " + std::to_string(im.dp) + " replicas (" +
-                              std::to_string(static_cast<std::uint64_t>(cells) * static_cast<std::uint64_t>(im.dp)) + " executions): more than the " +
-                              std::to_string(kMaxCellExecutions) + " cell executions the mapping writes out (about 8 KB of memory each)");
-    im.runProgram(logical, im.lg, logical.programs.begin()->first, 0, true);
-    for (int r = 0; r < im.dp; ++r)
-        for (int d = 0; d < im.devices; ++d) im.runProgram(parallel, im.pg, d, r, false);
+    if (static_cast<std::uint64_t>(cells) > options.maxCellExecutions)
+        throw MappingTooLarge("the parallel plan runs " + std::to_string(cells) + " cells on one replica: more than the " +
+                              std::to_string(options.maxCellExecutions) + " cell executions the mapping writes out (about 8 KB of memory each)");
+    im.runProgram(logical, im.lg, logical.programs.begin()->first, true);
+    for (int d = 0; d < im.devices; ++d) im.runProgram(parallel, im.pg, d, false);
     im.emitCollectives();
     im.replaceRederivedGradients();
     im.describeMismatches();
@@ -292,12 +296,14 @@ ImportResult importPair(const Plan& logical, const Plan& parallel, const ImportO
         mesh["tp"] = im.devices;
     }
     ImportResult& r = im.result;
+    json par = {{"mesh", mesh}, {"microbatches", im.nm}, {"tensors", std::move(im.pg.tensors)}, {"ops", std::move(im.pg.ops)}};
+    if (im.storedOnce()) par["replicas"] = {{"axis", "dp"}};
     r.plan = {{"format", "trainverify-plan"},
-              {"version", 1},
+              {"version", im.storedOnce() ? 2 : 1},
               {"name", options.name.empty() ? std::string("nnscaler") : options.name},
               {"description", options.description},
               {"logical", {{"tensors", std::move(im.lg.tensors)}, {"ops", std::move(im.lg.ops)}}},
-              {"parallel", {{"mesh", mesh}, {"microbatches", im.nm}, {"tensors", std::move(im.pg.tensors)}, {"ops", std::move(im.pg.ops)}}},
+              {"parallel", std::move(par)},
               {"lineage", std::move(im.records)}};
     return std::move(im.result);
 }

@@ -7,8 +7,9 @@
 //   at the forward values of the same rank and microbatch.
 // - Adapters become collectives (fused primitives take their forward or backward meaning),
 //   chunks become local chunks with the runtime's piece (the rank's position in the sorted
-//   group), weight reducers become all-reduces over the expanded group, and data-parallel
-//   replicas are written out with their ranks shifted.
+//   group), and weight reducers become all-reduces. The data-parallel replicas are stored
+//   once (plan format version 2): replica 0's ranks, the reducers across replicas, and each
+//   lineage record's repetition (the batch split, copies, or the loss summed).
 // - Repeated writes of a gradient add up (microbatches, tied weights, two producers).
 // - Lineage comes from aligning the operators lane by lane and from the sub-tensors' index and
 //   value maps (docs/research/nnscaler-ir.md §2.5); the final claims are the loss and every
@@ -33,9 +34,8 @@ public:
     using NnScalerError::NnScalerError;
 };
 
-/// Cells times data-parallel replicas the mapping writes out at most. The largest bundled plan
-/// (Llama3 dp16 pp4 tp8 nm8) runs 296,448 and maps to 488,488 ops in 2.3 GB: about 8 KB per
-/// execution, so the bound holds the mapping near 8 GB.
+/// Cells of one data-parallel replica the mapping writes out at most (the replicas are stored
+/// once). About 8 KB of memory per execution, so the bound holds the mapping near 8 GB.
 inline constexpr std::uint64_t kMaxCellExecutions = std::uint64_t{1} << 20;
 
 /// An operator (or primitive) the mapping has no semantics for: the plan cannot be verified
@@ -52,6 +52,7 @@ struct ImportOptions {
     std::string name;         ///< the plan's name (default: "nnscaler")
     std::string description;  ///< written into the plan
     int tp = 0, pp = 0;       ///< from the file name when known (0: not known); only coordinates use them
+    std::uint64_t maxCellExecutions = kMaxCellExecutions;  ///< a larger plan is MappingTooLarge
 };
 
 /// A defect found while mapping, before any proof: the parallel plan does not process the
@@ -63,7 +64,7 @@ struct MappingFinding {
 };
 
 struct ImportResult {
-    nlohmann::json plan;             ///< a trainverify plan, format version 1
+    nlohmann::json plan;             ///< a trainverify plan: format version 2 with data-parallel replicas stored once, else 1
     std::vector<MappingFinding> findings;  ///< non-empty: the plan is not equivalent, whatever the proofs say
     /// Final claims the mapping could not make (the loss, a weight's gradient): proofs of the rest
     /// cannot make the pair EQUIVALENT.
@@ -74,7 +75,7 @@ struct ImportResult {
     /// adapter: the explanation of a NOT EQUIVALENT they cause.
     std::vector<std::string> runtimeFindings;
     /// Ranks written into or compared in collective groups while mapping: the work that grew with
-    /// dp squared when every execution of a reducer built its dp-sized group. Linear in dp.
+    /// dp squared when every replica was written out. Independent of dp now.
     std::uint64_t groupRanksHandled = 0;
 };
 

@@ -7,6 +7,7 @@
 #include "nnscaler/import_detail.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <deque>
 
 namespace tv::nnscaler::detail {
@@ -14,9 +15,11 @@ namespace tv::nnscaler::detail {
 // ----- lineage -----
 
 /// The box a parallel sub-tensor of lane (replica, mb) covers in the logical handle's
-/// coordinates: the batch dimension (the one dimension where the full shapes differ) is
-/// shifted by the lane's position. False if the two cannot be related.
-bool Importer::logicalBox(const SubTensor& p, const SubTensor& l, int replica, int mb, std::vector<std::pair<std::int64_t, std::int64_t>>& box) {
+/// coordinates: the batch dimension (the one dimension where the full shapes differ, returned in
+/// `batchDim`, -1 for none) is shifted by the lane's position. False if the two cannot be related.
+bool Importer::logicalBox(const SubTensor& p, const SubTensor& l, int replica, int mb, std::vector<std::pair<std::int64_t, std::int64_t>>& box,
+                          int& batchDim) {
+    batchDim = -1;
     if (p.fullShape.size() != l.fullShape.size()) return false;
     int batch = -1;
     for (std::size_t d = 0; d < p.fullShape.size(); ++d)
@@ -39,6 +42,7 @@ bool Importer::logicalBox(const SubTensor& p, const SubTensor& l, int replica, i
         const std::int64_t lane = static_cast<std::int64_t>(replica) * nm + std::max(mb, 0);
         box[b].first += lane * p.fullShape[b];
         box[b].second += lane * p.fullShape[b];
+        batchDim = batch;
     }
     for (std::size_t d = 0; d < box.size(); ++d) {
         box[d].first -= l.box[d].first;
@@ -51,6 +55,14 @@ bool Importer::logicalBox(const SubTensor& p, const SubTensor& l, int replica, i
 /// Appends the lineage record a site claims, leaving out parallel tensors an earlier record
 /// already describes. Returns false (and writes nothing) when the site's parts do not make up
 /// whole values.
+///
+/// With the replicas stored once (only replica 0's instances exist), the record says how the
+/// other replicas repeat it: a tensor of the batch (its full shapes differ in one dim) holds
+/// replica 0's part of that dim and replica k the part k along (`split_dim`); the reported loss
+/// adds up over the replicas' lanes (`sum`); anything else (weights, their reduced gradients,
+/// the loss seed, the causal mask) is the same on every replica (`copies`). These are exactly the
+/// records the mapping wrote for every replica when it wrote them out (the lane's box shifted by
+/// its replica, every replica's lanes added up, every replica's instance a copy).
 bool Importer::addRecord(const Site& site) {
     const SubTensor l = adjusted(*site.lsub);
     if (l.parts != 1) return false;
@@ -58,10 +70,14 @@ bool Importer::addRecord(const Site& site) {
     // box -> lane -> parts -> part index -> handles
     using Parts = std::map<std::int64_t, std::map<std::int64_t, std::vector<Handle>>>;
     std::map<std::vector<std::pair<std::int64_t, std::int64_t>>, std::map<std::pair<int, int>, Parts>> groups;
+    int split = -2;  // the batch dim of every instance (-1: none); -2 before the first
     for (const auto& in : site.instances) {
         if (claimed.count(pg.name(in.parallel))) continue;
         std::vector<std::pair<std::int64_t, std::int64_t>> box;
-        if (!logicalBox(adjusted(*in.psub), l, in.replica, in.mb, box)) return false;
+        int batchDim = -1;
+        if (!logicalBox(adjusted(*in.psub), l, in.replica, in.mb, box, batchDim)) return false;
+        if (split != -2 && split != batchDim) return false;  // instances split along different dims: no one repetition
+        split = batchDim;
         if (in.psub->dtype.rfind("complex", 0) == 0) box.emplace_back(0, 2);
         groups[box][{in.replica, std::max(in.mb, 0)}][in.psub->parts][in.psub->part].push_back(in.parallel);
     }
@@ -95,7 +111,8 @@ bool Importer::addRecord(const Site& site) {
                 perLane.emplace_back();
                 if (!laneCopies(parts, perLane.back()) || perLane.back().empty()) return false;
             }
-            if (static_cast<std::int64_t>(perLane.size()) != static_cast<std::int64_t>(dp) * nm) return false;
+            // Every lane of the listed replicas: replica 0's, the others repeat it (`sum`).
+            if (static_cast<std::int64_t>(perLane.size()) != static_cast<std::int64_t>(storedOnce() ? 1 : dp) * nm) return false;
             // As many copies as every lane has (a parallel tensor appears in one copy only).
             std::size_t fewest = perLane.front().size();
             for (const auto& c : perLane) fewest = std::min(fewest, c.size());
@@ -121,10 +138,14 @@ bool Importer::addRecord(const Site& site) {
         for (const auto& [a, b] : box) volume *= b - a;
         covered += volume;
     }
-    // Only records that cover their logical tensor (disjoint boxes, so volumes add up).
-    if (covered != numel(lg.shape(site.logical))) return false;
+    // Only records that cover their logical tensor (disjoint boxes, so volumes add up); a split
+    // record its replica 0's part, which the reader cuts the same way.
+    const bool splitRecord = storedOnce() && !laneSum && split >= 0;
+    if (covered != numel(lg.shape(site.logical)) / (splitRecord ? dp : 1)) return false;
     for (const auto& in : site.instances) claimed.insert(pg.name(in.parallel));
-    records.push_back({{"logical", lg.name(site.logical)}, {"slices", std::move(slices)}});
+    json record = {{"logical", lg.name(site.logical)}, {"slices", std::move(slices)}};
+    if (storedOnce()) record["replicas"] = laneSum ? json("sum") : splitRecord ? json{{"split_dim", split}} : json("copies");
+    records.push_back(std::move(record));
     return true;
 }
 
@@ -137,8 +158,47 @@ int Importer::rankOfParallel(Handle h) const {
     return t.contains("rank") ? t["rank"].get<int>() : -1;
 }
 
+/// Whether a parallel operator's einops-style annotation is the logical one's where the parallel
+/// plan's lane holds one sample: nnScaler writes a dim of size 1 as `1^` (not partitionable), so
+/// at a microbatch of one sample `a b (c 128^) -> a b c 128^` reads `1^ b (c 128^) -> 1^ b c 128^`.
+/// Equal token by token, except that a logical dim name may stand as `1^` everywhere it occurs.
+bool sameAnnotation(const std::string& l, const std::string& p) {
+    if (l == p) return true;
+    auto tokens = [](const std::string& a) {
+        std::vector<std::string> t;
+        for (std::size_t i = 0; i < a.size();) {
+            const auto c = static_cast<unsigned char>(a[i]);
+            if (std::isspace(c)) { ++i; continue; }
+            std::size_t j = i;
+            if (std::isalnum(c) || c == '_') {
+                while (j < a.size() && (std::isalnum(static_cast<unsigned char>(a[j])) || a[j] == '_')) ++j;
+                if (j < a.size() && a[j] == '^') ++j;
+            } else {
+                j = i + 1;
+                if (c == '-' && j < a.size() && a[j] == '>') ++j;
+            }
+            t.push_back(a.substr(i, j - i));
+            i = j;
+        }
+        return t;
+    };
+    const auto lt = tokens(l), pt = tokens(p);
+    if (lt.size() != pt.size()) return false;
+    auto isName = [](const std::string& t) { return !t.empty() && (std::isalpha(static_cast<unsigned char>(t[0])) || t[0] == '_') && t.back() != '^'; };
+    std::map<std::string, bool> one;  // logical dim name -> written as 1^ in the parallel annotation
+    for (std::size_t i = 0; i < lt.size(); ++i) {
+        const bool asOne = lt[i] != pt[i];
+        if (asOne && !(isName(lt[i]) && pt[i] == "1^")) return false;
+        if (!isName(lt[i])) continue;
+        auto [it, fresh] = one.emplace(lt[i], asOne);
+        if (!fresh && it->second != asOne) return false;
+    }
+    return true;
+}
+
 bool Importer::sameOperator(const Cell& l, const Cell& p) const {
-    if (canonicalModelSignature(l.signature) != canonicalModelSignature(p.signature) || l.annotation != p.annotation || l.inputs.size() != p.inputs.size() || l.outputs.size() != p.outputs.size())
+    if (canonicalModelSignature(l.signature) != canonicalModelSignature(p.signature) || !sameAnnotation(l.annotation, p.annotation) ||
+        l.inputs.size() != p.inputs.size() || l.outputs.size() != p.outputs.size())
         return false;
     for (std::size_t k = 0; k < l.inputs.size(); ++k) {
         const auto& a = l.inputs[k];

@@ -50,10 +50,9 @@ std::string RankSim::where() const {
 
 // ----- running the programs -----
 
-void Importer::runProgram(const Plan& plan, GraphWriter& g, int device, int replica, bool logical) {
+void Importer::runProgram(const Plan& plan, GraphWriter& g, int device, bool logical) {
     RankSim s(g, logical);
-    s.rank = logical ? -1 : replica * devices + device;
-    s.shift = replica * devices;
+    s.rank = logical ? -1 : device;
     const auto& cells = plan.programs.at(device);
     for (std::size_t ci = 0; ci < cells.size(); ++ci) {
         const Cell& c = cells[ci];

@@ -3,6 +3,7 @@
 // size bound.
 
 #include "verify/stage_checker.hpp"
+#include "verify/symmetry.hpp"
 
 #include <chrono>
 #include <optional>
@@ -67,6 +68,40 @@ void StageChecker::addElements(std::uint64_t& sum, const Shape& s) {
     sum = n > std::numeric_limits<std::uint64_t>::max() - sum ? std::numeric_limits<std::uint64_t>::max() : sum + n;
 }
 
+/// The stored lane's part of each logical tensor a stage replica 0 proves alone splits across
+/// the lanes (symmetry.hpp: provenByReplicaZero). The stage's logical ops map the split dim
+/// through (never reduce over it, never index an unsplit input by it, keep it in every output),
+/// so the first part of each output along the split is computed from the first parts of the split
+/// inputs and the unsplit inputs alone, by the same ops at the cut shapes: checking the stage on
+/// the parts is checking the part of the whole stage that the stored lane's lineage claims
+/// (docs/soundness.md §5). False (nothing cut) if a part is not a whole fraction of its dim or a
+/// record's box of the stage lies outside it.
+bool StageChecker::cutToStoredLane() {
+    if (!plan_.replication.active()) return false;
+    std::unordered_map<TensorId, LaneSplit> splits;
+    if (!provenByReplicaZero(plan_, stage_, nullptr, &splits) || splits.empty()) return false;
+    std::unordered_map<TensorId, Shape> cut;
+    for (const auto& [t, sp] : splits) {
+        auto it = lShape_.find(t);
+        if (it == lShape_.end()) continue;
+        Shape s = it->second;
+        const auto d = static_cast<std::size_t>(sp.dim);
+        if (d >= s.size() || sp.lanes < 1 || s[d] % sp.lanes != 0) return false;
+        s[d] /= sp.lanes;
+        cut.emplace(t, std::move(s));
+    }
+    for (auto r : records_) {
+        const auto& rec = plan_.lineage[r];
+        auto it = cut.find(rec.logical);
+        if (it == cut.end()) continue;
+        for (const auto& sl : rec.slices)
+            for (std::size_t d = 0; d < it->second.size(); ++d)
+                if (sl.box.hi[d] > it->second[d]) return false;
+    }
+    for (auto& [t, s] : cut) lShape_[t] = std::move(s);
+    return !cut.empty();
+}
+
 bool StageChecker::reduceShapes() {
     for (auto t : lTensors_) lShape_[t] = plan_.shape(L_, t);
     for (auto t : pTensors_) pShape_[t] = plan_.shape(P_, t);
@@ -76,6 +111,25 @@ bool StageChecker::reduceShapes() {
         result_.reducedElements = result_.fullElements;
         return true;
     }
+    // Reduced from the stored lane's parts where the stage allows it; if no shapes fit them, from
+    // the whole logical tensors as before.
+    if (cutToStoredLane()) {
+        lFull_ = lShape_;
+        const auto outcome = solveShapes();
+        if (outcome != Reduction::Infeasible) return outcome == Reduction::Done;
+        lFull_.clear();
+        for (auto t : lTensors_) lShape_[t] = plan_.shape(L_, t);
+        for (auto t : pTensors_) pShape_[t] = plan_.shape(P_, t);
+        result_.note.clear();
+        result_.reducedElements = 0;
+    }
+    const auto outcome = solveShapes();
+    if (outcome == Reduction::Infeasible) return infeasible();
+    return outcome == Reduction::Done;
+}
+
+/// Shape reduction from the shapes in lShape_ and pShape_ (the stage's full shapes).
+StageChecker::Reduction StageChecker::solveShapes() {
     SymbolicShapes sc(ctx_);
     z3::expr_vector all(ctx_);
     std::unordered_map<TensorId, std::vector<SymbolicShapes::D>> lDims, pDims;
@@ -119,7 +173,7 @@ bool StageChecker::reduceShapes() {
                     }
                 }
     }
-    if (all.empty()) return true;
+    if (all.empty()) return Reduction::Done;
     // Most dims are tied by equalities (elementwise ops, shards of a fixed ratio) or pinned to
     // constants: solve those away first (Z3's solve-eqs), so the optimizer only sees the few
     // free unknowns; the goal's model converter gives back the eliminated ones.
@@ -131,7 +185,7 @@ bool StageChecker::reduceShapes() {
     lhs.set("arith_lhs", true);
     auto round = z3::with(z3::tactic(ctx_, "simplify"), lhs) & z3::tactic(ctx_, "propagate-values") & z3::tactic(ctx_, "solve-eqs");
     auto pieces1 = round(goal);
-    if (pieces1.size() != 1 || pieces1[0].is_decided_unsat()) return infeasible();
+    if (pieces1.size() != 1 || pieces1[0].is_decided_unsat()) return Reduction::Infeasible;
     z3::goal divided(ctx_);
     for (unsigned i = 0; i < pieces1[0].size(); ++i) divided.add(divideByGcd(pieces1[0][i]));
     auto pieces = (round & z3::tactic(ctx_, "simplify"))(divided);
@@ -168,7 +222,7 @@ bool StageChecker::reduceShapes() {
         for (unsigned i = 0; i < simplified.size(); ++i) descent.add(simplified[i]);
         const auto start = std::chrono::steady_clock::now();
         auto r = descent.check();
-        if (r == z3::unsat) return infeasible();
+        if (r == z3::unsat) return Reduction::Infeasible;
         if (r == z3::sat) {
             found = descent.get_model();
             // Usually the first shapes are already the smallest (one unsatisfiable query says so);
@@ -200,11 +254,11 @@ bool StageChecker::reduceShapes() {
         for (unsigned i = 0; i < simplified.size(); ++i) opt.add(simplified[i]);
         if (!free.empty()) opt.minimize(total);
         auto res = opt.check();
-        if (res == z3::unsat) return infeasible();
+        if (res == z3::unsat) return Reduction::Infeasible;
         if (res == z3::unknown) {
             result_.note = "shape reduction gave up (" + std::string(Z3_optimize_get_reason_unknown(ctx_, opt)) + "); checking at full shapes";
             result_.reducedElements = result_.fullElements;
-            return true;
+            return Reduction::Done;
         }
         found = opt.get_model();
     }
@@ -226,11 +280,11 @@ bool StageChecker::reduceShapes() {
         for (unsigned i = 0; i < sc.constraints.size(); ++i) direct.add(sc.constraints[i]);
         direct.minimize(z3::sum(all));
         auto again = direct.check();
-        if (again == z3::unsat) return infeasible();
+        if (again == z3::unsat) return Reduction::Infeasible;
         if (again != z3::sat || !satisfies(direct.get_model())) {
             result_.note = "shape reduction gave no valid shapes; checking at full shapes";
             result_.reducedElements = result_.fullElements;
-            return true;
+            return Reduction::Done;
         }
         m = direct.get_model();
     }
@@ -245,11 +299,12 @@ bool StageChecker::reduceShapes() {
     readBack(pDims, pShape_);
     for (auto& [t, s] : lShape_) addElements(result_.reducedElements, s);
     for (auto& [t, s] : pShape_) addElements(result_.reducedElements, s);
-    return true;
+    return Reduction::Done;
 }
 
 Box StageChecker::reducedBox(const Box& b, TensorId logical) const {
-    const auto& full = plan_.shape(L_, logical);
+    const auto cut = lFull_.find(logical);
+    const auto& full = cut != lFull_.end() ? cut->second : plan_.shape(L_, logical);
     const auto& red = lShape_.at(logical);
     Box r;
     for (std::size_t d = 0; d < full.size(); ++d) {

@@ -90,6 +90,13 @@ private:
     static void addElements(std::uint64_t& sum, const Shape& s);
 
     bool reduceShapes();
+    enum class Reduction { Done, Infeasible };
+    Reduction solveShapes();
+    /// Cuts the logical tensors of a stage replica 0 proves alone to the stored lane's part
+    /// (lShape_); true if any was cut.
+    bool cutToStoredLane();
+    /// The full shapes of the logical tensors cut to the stored lane's part (boxes scale from them).
+    std::unordered_map<TensorId, Shape> lFull_;
 
     /// A lineage box scaled from the logical tensor's full shape to its reduced shape.
     Box reducedBox(const Box& b, TensorId logical) const;

@@ -40,7 +40,7 @@ std::string storedOnce(const Replication& r) {
     return s;
 }
 
-bool provenByReplicaZero(const Plan& plan, const Stage& stage, std::string* why) {
+bool provenByReplicaZero(const Plan& plan, const Stage& stage, std::string* why, std::unordered_map<TensorId, LaneSplit>* splits) {
     auto no = [&](std::string reason) {
         if (why) *why = std::move(reason);
         return false;
@@ -133,6 +133,11 @@ bool provenByReplicaZero(const Plan& plan, const Stage& stage, std::string* why)
     const Lane have = it == lane.end() ? Lane{} : it->second;
     const Lane want = laneOf(out);
     if (!(have == want)) return no("the split of " + plan.tensorName(L, out.logical) + " does not follow from its inputs'");
+    if (splits) {
+        splits->clear();
+        for (const auto& [t, l] : lane)
+            if (l.dim >= 0 && l.count > 1) splits->emplace(t, LaneSplit{l.dim, l.count});
+    }
     return true;
 }
 

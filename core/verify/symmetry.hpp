@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <map>
+#include <unordered_map>
 #include <string>
 #include <vector>
 
@@ -41,9 +42,20 @@ WrittenOutCounts writtenOutCounts(const Plan& plan);
 /// "one replica of 16, microbatch 0 of 32" (what a plan stored with replicas lists).
 std::string storedOnce(const Replication& r);
 
+/// A logical tensor of a stage replica 0 proves alone that is split across the lanes: along
+/// `dim`, in `lanes` equal parts, of which the stored lane holds the first.
+struct LaneSplit {
+    int dim = -1;
+    std::int32_t lanes = 1;
+};
+
 /// Whether checking replica 0's part of a stage proves it for every replica of a plan stored
-/// with replicas. When not, `why` says what ties the replicas together.
-bool provenByReplicaZero(const Plan& plan, const Stage& stage, std::string* why = nullptr);
+/// with replicas. When not, `why` says what ties the replicas together. When so, `splits` (if
+/// given) receives every logical tensor of the stage that is split across the lanes: the stage's
+/// logical ops compute the stored lane's part of each from the stored lane's parts alone, so the
+/// stage can be checked on those parts (StageChecker cuts the logical tensors to them).
+bool provenByReplicaZero(const Plan& plan, const Stage& stage, std::string* why = nullptr,
+                         std::unordered_map<TensorId, LaneSplit>* splits = nullptr);
 
 /// Some stages of a plan stored with replicas, written out for every replica.
 struct ExpandedStages {
