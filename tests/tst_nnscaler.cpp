@@ -12,6 +12,7 @@
 #include <set>
 
 #include "io/plan_json.hpp"
+#include "model/instance_names.hpp"
 #include "nnscaler/import_detail.hpp"
 #include "nnscaler/nnscaler_import.hpp"
 #include "nnscaler/nnscaler_pair.hpp"
@@ -645,24 +646,27 @@ private slots:
     void storedOnceVerifiesAsWrittenOut_data() {
         QTest::addColumn<QString>("logical");
         QTest::addColumn<QString>("parallel");
-        QTest::addColumn<bool>("dropReducedWeight");
+        QTest::addColumn<int>("mutation");  // 0 none, 1 a weight left out of its reducer, 2 RMSNorm epsilon on rank 3
         const char* mlpL = "mlp_mgener_dp1_pp1_tp1_nm1_gbs16_dim1024_ly2";
         const char* mlpP = "mlp_mgener_dp2_pp2_tp2_nm2_gbs16_dim1024_ly2";
         const char* gptL = "gpt_mgener_dp1_pp1_tp1_nm1_gbs16_dim1024_ly1_h2_hi1024_sq2048";
         const char* gptP = "gpt_mgener_dp2_pp2_tp2_nm2_gbs16_dim1024_ly1_h2_hi1024_sq2048";
-        QTest::newRow("mlp dp2 pp2 tp2") << mlpL << mlpP << false;
-        QTest::newRow("mlp dp2 pp2 tp2, a weight left out of its reducer") << mlpL << mlpP << true;
-        QTest::newRow("gpt dp2 pp2 tp2") << gptL << gptP << false;
-        QTest::newRow("gpt dp2 pp2 tp2, a weight left out of its reducer") << gptL << gptP << true;
+        const char* llamaL = "llama3_default_dp1_pp1_tp1_nm1_gbs512_ly2_h32_hi4096_sq128";
+        const char* llamaP = "llama3_default_dp2_pp2_tp2_nm2_gbs512_ly2_h32_hi4096_sq128";
+        QTest::newRow("mlp dp2 pp2 tp2") << mlpL << mlpP << 0;
+        QTest::newRow("mlp dp2 pp2 tp2, a weight left out of its reducer") << mlpL << mlpP << 1;
+        QTest::newRow("gpt dp2 pp2 tp2") << gptL << gptP << 0;
+        QTest::newRow("gpt dp2 pp2 tp2, a weight left out of its reducer") << gptL << gptP << 1;
+        QTest::newRow("llama dp2 pp2 tp2, RMSNorm epsilon on rank 3 (a stage replica 0 proves alone)") << llamaL << llamaP << 2;
     }
     void storedOnceVerifiesAsWrittenOut() {
         QFETCH(QString, logical);
         QFETCH(QString, parallel);
-        QFETCH(bool, dropReducedWeight);
+        QFETCH(int, mutation);
         const auto L = load(logical);
         auto P = load(parallel);
         std::string weight;
-        if (dropReducedWeight) {
+        if (mutation == 1) {
             std::int64_t reducer = -1;
             for (auto& [d, cells] : P.programs)
                 for (auto& c : cells)
@@ -675,19 +679,32 @@ private slots:
         }
         auto r = importPair(L, P);
         QVERIFY(r.findings.empty());
+        if (mutation == 2) {
+            const auto at = findOp(r.plan, "add_scalar", [](const auto& o) { return o.value("rank", -1) == 3; });
+            QVERIFY(at != std::string::npos);
+            r.plan["parallel"]["ops"][at]["attrs"]["value"] = "1e-06";
+        }
         auto read = readPlanJson(r.plan);
         QVERIFY2(read.ok(), read.problems.empty() ? "" : read.problems[0].toString().c_str());
         QVERIFY(read.plan->replication.active());
         const auto asStored = verifyPlan(*read.plan);
         const auto writtenOut = verifyPlan(expandReplicas(*read.plan));
         QCOMPARE(static_cast<int>(asStored.verdict), static_cast<int>(writtenOut.verdict));
-        if (!dropReducedWeight) {
+        if (mutation == 0) {
             QVERIFY(asStored.verdict == Verdict::Equivalent);
             QVERIFY(asStored.writtenOutStages > 0);
             return;
         }
         QVERIFY(asStored.verdict == Verdict::NotEquivalent);
         QVERIFY(asStored.failure && writtenOut.failure);
+        if (mutation == 2) {
+            // Found in a stage replica 0 proves alone, on the stored lane's part, at the same op.
+            QVERIFY(asStored.failure->stage != kNone);
+            QVERIFY(provenByReplicaZero(*read.plan, asStored.stagePlan.stages[asStored.failure->stage]));
+            QCOMPARE(asStored.failure->tensor, writtenOut.failure->tensor);
+            QCOMPARE(instance::storedName(asStored.failure->parallelOp), instance::storedName(writtenOut.failure->parallelOp));
+            return;
+        }
         // Every failure is a weight gradient's claim; the first the same logical tensor both ways.
         QCOMPARE(asStored.failure->tensor, writtenOut.failure->tensor);
         for (const auto& f : asStored.failures) {

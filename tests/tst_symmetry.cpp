@@ -279,6 +279,53 @@ private slots:
         QCOMPARE(static_cast<int>(verifyPlan(expandReplicas(*plan)).verdict), verdict);
     }
 
+    // The stored lane's part is checked with every constant an op takes from its tensors' sizes
+    // computed from the whole plan (EvalContext's original shapes, not the cut ones): the logical
+    // cross-entropy backward divides by all 4 rows, so replica 0's part needs its own 1/2 scaled
+    // by 1/2 (the data-parallel mean). Left out (the classic "loss not averaged over replicas"),
+    // the plan is NOT EQUIVALENT, in the cut stage. Computed from the cut (2 rows), the logical
+    // side would divide by 2, and the wrong plan would pass while the right one failed.
+    void storedLaneKeepsTheWholeBatchsConstants_data() {
+        QTest::addColumn<bool>("averaged");
+        QTest::newRow("averaged over the replicas") << true;
+        QTest::newRow("not averaged") << false;
+    }
+    void storedLaneKeepsTheWholeBatchsConstants() {
+        QFETCH(bool, averaged);
+        json doc = json::parse(R"({
+          "format": "trainverify-plan", "version": 2, "name": "ce-backward-dp2",
+          "logical": {
+            "tensors": [{"id": "x", "role": "input", "shape": [4, 3]}, {"id": "y", "role": "input", "dtype": "int", "shape": [4]},
+                        {"id": "g", "role": "input", "shape": []}, {"id": "dx", "role": "gradient", "shape": [4, 3]}],
+            "ops": [{"id": "ce_bw", "op": "cross_entropy_backward", "inputs": ["x", "y", "g"], "outputs": ["dx"]}]},
+          "parallel": {
+            "mesh": {"dp": 2}, "microbatches": 1, "replicas": {"axis": "dp"},
+            "tensors": [{"id": "x@r0", "rank": 0, "role": "input", "shape": [2, 3]}, {"id": "y@r0", "rank": 0, "role": "input", "dtype": "int", "shape": [2]},
+                        {"id": "g@r0", "rank": 0, "role": "input", "shape": []}, {"id": "d@r0", "rank": 0, "role": "gradient", "shape": [2, 3]},
+                        {"id": "dx@r0", "rank": 0, "role": "gradient", "shape": [2, 3]}],
+            "ops": [{"id": "ce_bw@r0", "op": "cross_entropy_backward", "rank": 0, "inputs": ["x@r0", "y@r0", "g@r0"], "outputs": ["d@r0"]},
+                    {"id": "mean@r0", "op": "mul_scalar", "rank": 0, "inputs": ["d@r0"], "outputs": ["dx@r0"], "attrs": {"value": "1/2"}}]},
+          "lineage": [
+            {"logical": "x", "replicas": {"split_dim": 0}, "slices": [{"box": [[0, 2], [0, 3]], "copies": [["x@r0"]]}]},
+            {"logical": "y", "replicas": {"split_dim": 0}, "slices": [{"box": [[0, 2]], "copies": [["y@r0"]]}]},
+            {"logical": "g", "replicas": "copies", "slices": [{"box": [], "copies": [["g@r0"]]}]},
+            {"logical": "dx", "replicas": {"split_dim": 0}, "slices": [{"box": [[0, 2], [0, 3]], "copies": [["dx@r0"]]}]}]
+        })");
+        if (!averaged) doc["parallel"]["ops"][1]["attrs"]["value"] = "1";
+        auto plan = read(doc);
+        QVERIFY(plan);
+        auto sp = cutStages(*plan);
+        QVERIFY(sp.structural.empty());
+        QCOMPARE(sp.stages.size(), std::size_t(1));
+        std::unordered_map<TensorId, LaneSplit> splits;
+        QVERIFY(provenByReplicaZero(*plan, sp.stages[0], nullptr, &splits));
+        QVERIFY(splits.count(plan->logical.findTensor(plan->names.find("x"))));
+        const auto r = checkStage(*plan, sp.stages[0], CheckOptions{});
+        QVERIFY2((r.status == StageStatus::Equivalent) == averaged, r.failure ? r.failure->message.c_str() : "equivalent");
+        QVERIFY(r.reducedElements < r.fullElements || r.fullElements <= 16);
+        QCOMPARE(verifyPlan(expandReplicas(*plan)).verdict == Verdict::Equivalent, averaged);
+    }
+
     // Checked as stored, a wide data-parallel plan never writes its replicas out.
     void wideDataParallelStaysSmall() {
         auto plan = read(gen::generatePlan(mlp(64)));
