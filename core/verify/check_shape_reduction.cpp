@@ -128,7 +128,15 @@ bool StageChecker::reduceShapes() {
     return outcome == Reduction::Done;
 }
 
-/// Shape reduction from the shapes in lShape_ and pShape_ (the stage's full shapes).
+/// The elements of the shapes reduction starts from (the full shapes, or the stored lane's cut).
+std::uint64_t StageChecker::startElements() const {
+    std::uint64_t n = 0;
+    for (const auto& [t, s] : lShape_) addElements(n, s);
+    for (const auto& [t, s] : pShape_) addElements(n, s);
+    return n;
+}
+
+/// Shape reduction from the shapes in lShape_ and pShape_ (the stage's full shapes, or the cut).
 StageChecker::Reduction StageChecker::solveShapes() {
     SymbolicShapes sc(ctx_);
     z3::expr_vector all(ctx_);
@@ -256,8 +264,8 @@ StageChecker::Reduction StageChecker::solveShapes() {
         auto res = opt.check();
         if (res == z3::unsat) return Reduction::Infeasible;
         if (res == z3::unknown) {
-            result_.note = "shape reduction gave up (" + std::string(Z3_optimize_get_reason_unknown(ctx_, opt)) + "); checking at full shapes";
-            result_.reducedElements = result_.fullElements;
+            result_.note = "shape reduction gave up (" + std::string(Z3_optimize_get_reason_unknown(ctx_, opt)) + "); checking at " + (lFull_.empty() ? "full shapes" : "the stored lane's part at full size");
+            result_.reducedElements = startElements();
             return Reduction::Done;
         }
         found = opt.get_model();
@@ -282,8 +290,8 @@ StageChecker::Reduction StageChecker::solveShapes() {
         auto again = direct.check();
         if (again == z3::unsat) return Reduction::Infeasible;
         if (again != z3::sat || !satisfies(direct.get_model())) {
-            result_.note = "shape reduction gave no valid shapes; checking at full shapes";
-            result_.reducedElements = result_.fullElements;
+            result_.note = std::string("shape reduction gave no valid shapes; checking at ") + (lFull_.empty() ? "full shapes" : "the stored lane's part at full size");
+            result_.reducedElements = startElements();
             return Reduction::Done;
         }
         m = direct.get_model();

@@ -92,6 +92,7 @@ private:
     bool reduceShapes();
     enum class Reduction { Done, Infeasible };
     Reduction solveShapes();
+    std::uint64_t startElements() const;
     /// Cuts the logical tensors of a stage replica 0 proves alone to the stored lane's part
     /// (lShape_); true if any was cut.
     bool cutToStoredLane();
