@@ -606,8 +606,28 @@ private slots:
             // Data and activations split along the batch, weights and their gradients copies,
             // the loss the sum of the replicas' lanes (at dp 2, the plan's own: at other degrees
             // its lanes no longer tile the logical batch, a finding, and only copies remain).
-            if (dp == 2) QCOMPARE(modes, (std::set<std::string>{"copies", "split_dim", "sum"}));
-            else QCOMPARE(r.findings.size(), std::size_t(1));
+            if (dp != 2) {
+                QCOMPARE(r.findings.size(), std::size_t(1));
+                continue;
+            }
+            QCOMPARE(modes, (std::set<std::string>{"copies", "split_dim", "sum"}));
+            // Each weight's gradient before its reducer: the sum over the replicas of exactly
+            // the reducer's inputs (both weights of the MLP, one reducer each over devices 0, 1).
+            std::set<std::string> reducerInputs, gradientSums;
+            for (const auto& o : par["ops"])
+                if (o.value("across_replicas", false))
+                    for (const auto& t : o["inputs"]) reducerInputs.insert(t.get<std::string>());
+            for (const auto& rec : r.plan["lineage"]) {
+                if (rec["replicas"] != "sum" || rec["logical"].get<std::string>().find("weight") == std::string::npos) continue;
+                QCOMPARE(rec["slices"].size(), std::size_t(1));
+                for (const auto& c : rec["slices"][0]["copies"])
+                    for (const auto& t : c) {
+                        QVERIFY2(reducerInputs.count(t.get<std::string>()), t.dump().c_str());
+                        gradientSums.insert(t.get<std::string>());
+                    }
+            }
+            QCOMPARE(gradientSums, reducerInputs);
+            QCOMPARE(reducerInputs.size(), std::size_t(4));
         }
         // Past the bound on cell executions, the mapping stops before it writes anything.
         std::size_t cells = 0;
@@ -646,7 +666,8 @@ private slots:
     void storedOnceVerifiesAsWrittenOut_data() {
         QTest::addColumn<QString>("logical");
         QTest::addColumn<QString>("parallel");
-        QTest::addColumn<int>("mutation");  // 0 none, 1 a weight left out of its reducer, 2 RMSNorm epsilon on rank 3
+        QTest::addColumn<int>("mutation");  // 0 none, 1 a weight left out of its reducer, 2 RMSNorm epsilon on rank 3,
+                                            // 3 rank 1 accumulates a weight's gradient over its microbatches by subtracting
         const char* mlpL = "mlp_mgener_dp1_pp1_tp1_nm1_gbs16_dim1024_ly2";
         const char* mlpP = "mlp_mgener_dp2_pp2_tp2_nm2_gbs16_dim1024_ly2";
         const char* gptL = "gpt_mgener_dp1_pp1_tp1_nm1_gbs16_dim1024_ly1_h2_hi1024_sq2048";
@@ -658,6 +679,8 @@ private slots:
         QTest::newRow("gpt dp2 pp2 tp2") << gptL << gptP << 0;
         QTest::newRow("gpt dp2 pp2 tp2, a weight left out of its reducer") << gptL << gptP << 1;
         QTest::newRow("llama dp2 pp2 tp2, RMSNorm epsilon on rank 3 (a stage replica 0 proves alone)") << llamaL << llamaP << 2;
+        QTest::newRow("mlp dp2 pp2 tp2, a gradient accumulated by subtracting (a sum over the replicas, proven alone)") << mlpL << mlpP << 3;
+        QTest::newRow("llama dp2 pp2 tp2, a gradient accumulated by subtracting (a sum over the replicas, proven alone)") << llamaL << llamaP << 3;
     }
     void storedOnceVerifiesAsWrittenOut() {
         QFETCH(QString, logical);
@@ -684,6 +707,14 @@ private slots:
             QVERIFY(at != std::string::npos);
             r.plan["parallel"]["ops"][at]["attrs"]["value"] = "1e-06";
         }
+        if (mutation == 3) {
+            const auto at = findOp(r.plan, "add", [](const auto& o) {
+                const auto id = o["id"].template get<std::string>();
+                return o.value("rank", -1) == 1 && id.starts_with("accumulate.") && id.find("_weight#") != std::string::npos;
+            });
+            QVERIFY(at != std::string::npos);
+            r.plan["parallel"]["ops"][at]["op"] = "sub";
+        }
         auto read = readPlanJson(r.plan);
         QVERIFY2(read.ok(), read.problems.empty() ? "" : read.problems[0].toString().c_str());
         QVERIFY(read.plan->replication.active());
@@ -697,6 +728,17 @@ private slots:
         }
         QVERIFY(asStored.verdict == Verdict::NotEquivalent);
         QVERIFY(asStored.failure && writtenOut.failure);
+        if (mutation == 3) {
+            // Found where the weight's gradient terms add up over the replicas (the record before
+            // its reducer), a stage replica 0 proves alone, at the accumulation on rank 1.
+            QVERIFY(asStored.failure->stage != kNone);
+            const auto& st = asStored.stagePlan.stages[asStored.failure->stage];
+            QVERIFY(read.plan->lineage[st.output].replicas == tv::ReplicaMode::Sum);
+            QVERIFY(provenByReplicaZero(*read.plan, st));
+            QCOMPARE(asStored.failure->tensor, writtenOut.failure->tensor);
+            QCOMPARE(asStored.failure->rank, 1);
+            return;
+        }
         if (mutation == 2) {
             // Found in a stage replica 0 proves alone, on the stored lane's part, at the same op.
             QVERIFY(asStored.failure->stage != kNone);

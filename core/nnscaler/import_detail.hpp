@@ -179,6 +179,10 @@ struct Collective {
     /// A reducer of a plan stored with replicas: the group is replica 0's part, and the
     /// collective runs once over every replica's (plan format 2, `across_replicas`).
     bool acrossReplicas = false;
+    /// A reducer's: the weight whose gradient it reduces (its first member's), and whether every
+    /// member reduces the same box of the same weight.
+    const SubTensor* weight = nullptr;
+    bool weightsAgree = true;
 };
 
 /// The mapping of one pair while it runs: every rank's tensor state, the collectives being

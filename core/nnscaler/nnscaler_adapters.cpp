@@ -315,6 +315,8 @@ void Importer::reducer(const Plan& plan, GraphWriter& g, RankSim& s, const Cell&
         CollectiveKey ck{c.id, static_cast<int>(k), -1, -1, {}};  // the reducer's id names its group
         auto& col = member(ck, "all_reduce", json::object(), group, where, true);
         col.acrossReplicas = storedOnce();
+        if (!col.weight) col.weight = &w;
+        else if (col.weight->fullId != w.fullId || col.weight->box != w.box) col.weightsAgree = false;
         col.in[s.rank] = in;
         Handle out = g.tensor(tensorBase(w) + ".grad.reduced" + s.where(), shapeOf(w), "gradient", false, s.rank, -1);
         col.out[s.rank] = out;

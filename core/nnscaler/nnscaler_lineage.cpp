@@ -453,6 +453,74 @@ void Importer::buildLineage() {
                                            " full-valued copies) does not make up one copy per lane: it could not be related to the logical loss");
         }
     }
+    // With the replicas stored once: each weight's gradient before its reducers is the sum over
+    // every replica of what its devices accumulated (`sum`). Each reducer of the weight is one
+    // copy of its box: a weight held whole on every tensor-parallel rank has one reducer per
+    // rank, each summing that rank's gradient over the replicas. This is exactly what the final
+    // claims say of the reducers' outputs, so it adds no claim a correct plan fails; it lets the
+    // stage that computes the gradient be proven from replica 0 (docs/soundness.md §5) and
+    // leaves the reducer alone written out. A weight whose reducers do not tile it box by box,
+    // read one gradient twice or read another reducer's output gets no such record: its final
+    // claims are proven written out as before.
+    if (storedOnce()) {
+        using Box = std::vector<std::pair<std::int64_t, std::int64_t>>;
+        std::map<std::int64_t, std::vector<const Collective*>> byWeight;  // logical weight full id -> reducers
+        std::set<std::string> reduced;                                    // every reducer's outputs
+        for (const auto& [key, col] : collectives) {
+            if (!col.acrossReplicas || !col.weight) continue;
+            byWeight[col.weight->fullId].push_back(&col);
+            for (const auto& [rank, h] : col.out) reduced.insert(pg.name(h));
+        }
+        for (const auto& [fullId, cols] : byWeight) {
+            const InitialRead* lw = nullptr;
+            for (const auto& r : initialReads)
+                if (r.rank < 0 && r.sub->isParameter() && r.sub->fullId == fullId && logicalGradOf.count(fullId)) lw = &r;
+            if (!lw) continue;
+            auto lg_ = gradBuffers.find({-1, logicalGradOf.at(fullId), boxStart(*lw->sub)});
+            if (lg_ == gradBuffers.end()) continue;
+            const SubTensor l = adjusted(*lw->sub);
+            std::map<Box, json> copies;
+            std::set<std::string> terms;
+            bool ok = true;
+            for (const auto* col : cols) {
+                Box box;
+                int batchDim = -1;
+                if (!col->weightsAgree || !logicalBox(adjusted(*col->weight), l, 0, 0, box, batchDim) || batchDim >= 0 || col->in.empty()) {
+                    ok = false;
+                    break;
+                }
+                json copy = json::array();
+                for (const auto& [rank, h] : col->in) {
+                    const std::string name = pg.name(h);
+                    if (reduced.count(name) || !terms.insert(name).second) ok = false;
+                    copy.push_back(name);
+                }
+                copies[box].push_back(std::move(copy));
+            }
+            if (!ok) continue;
+            // The boxes must tile the gradient: pairwise disjoint, their volumes adding up to it.
+            std::int64_t covered = 0;
+            for (auto i = copies.begin(); i != copies.end() && ok; ++i) {
+                std::int64_t volume = 1;
+                for (const auto& [lo, hi] : i->first) volume *= hi - lo;
+                covered += volume;
+                for (auto j = std::next(i); j != copies.end() && ok; ++j) {
+                    bool meet = i->first.size() == j->first.size();
+                    for (std::size_t d = 0; meet && d < i->first.size(); ++d)
+                        meet = i->first[d].first < j->first[d].second && j->first[d].first < i->first[d].second;
+                    if (meet) ok = false;
+                }
+            }
+            if (!ok || covered != numel(lg.shape(lg_->second))) continue;
+            json slices = json::array();
+            for (auto& [box, cs] : copies) {
+                json jb = json::array();
+                for (const auto& [lo, hi] : box) jb.push_back({lo, hi});
+                slices.push_back({{"box", std::move(jb)}, {"copies", std::move(cs)}});
+            }
+            records.push_back({{"logical", lg.name(lg_->second)}, {"replicas", "sum"}, {"slices", std::move(slices)}});
+        }
+    }
     // Final records: every weight gradient, on every rank holding the weight.
     for (const auto& [key, lh] : gradBuffers) {
         auto [rank, gradFull, box] = key;

@@ -107,6 +107,28 @@ bool StageChecker::reduceShapes() {
     for (auto t : pTensors_) pShape_[t] = plan_.shape(P_, t);
     for (auto& [t, s] : lShape_) addElements(result_.fullElements, s);
     for (auto& [t, s] : pShape_) addElements(result_.fullElements, s);
+    // A stage proving a record whose replicas add up (`sum`) claims the stored lane's part of the
+    // sum: it is only that obligation on the cut, never on the whole tensors.
+    if (plan_.replication.active() && plan_.lineage[stage_.output].replicas == ReplicaMode::Sum) {
+        if (!cutToStoredLane()) {
+            Failure f;
+            f.kind = FailureKind::Inconclusive;
+            f.stage = stage_.id;
+            f.tensor = plan_.tensorName(L_, plan_.lineage[stage_.output].logical);
+            f.message = "the stage proves a sum over the replicas, and its logical tensors could not be cut to the stored lane's part; not checked";
+            result_.status = StageStatus::Inconclusive;
+            result_.failure = f;
+            return false;
+        }
+        lFull_ = lShape_;
+        if (!opts_.reduceShapes) {
+            result_.reducedElements = startElements();
+            return true;
+        }
+        const auto outcome = solveShapes();
+        if (outcome == Reduction::Infeasible) return infeasible();
+        return true;
+    }
     if (!opts_.reduceShapes) {
         result_.reducedElements = result_.fullElements;
         return true;

@@ -1,6 +1,7 @@
 #include "verify/symmetry.hpp"
 
 #include <algorithm>
+#include <set>
 #include <unordered_map>
 
 #include "ops/dims.hpp"
@@ -59,6 +60,9 @@ bool provenByReplicaZero(const Plan& plan, const Stage& stage, std::string* why,
     struct Lane {
         int dim = -1;
         std::int32_t count = 1;
+        /// The sum over the lanes of a per-lane value (a gradient summed over the batch): lane 0's
+        /// part is what the stored lane's rows contribute.
+        bool partial = false;
         bool operator==(const Lane&) const = default;
     };
     auto laneOf = [&](const LineageRecord& rec) {
@@ -84,13 +88,34 @@ bool provenByReplicaZero(const Plan& plan, const Stage& stage, std::string* why,
         std::vector<int> inLane(ins.size(), -1);
         bool any = false;
         std::int32_t count = 0;
+        std::size_t partials = 0;
+        const std::string kind(reg.spec(L.ops[op].kind).name);
         for (std::size_t i = 0; i < ins.size(); ++i) {
             auto it = lane.find(ins[i]);
+            if (it != lane.end() && it->second.partial) {
+                if (count && count != it->second.count) return no("logical op " + plan.opName(L, op) + " reads inputs split over different numbers of lanes");
+                count = it->second.count;
+                ++partials;
+                continue;
+            }
             inLane[i] = it == lane.end() ? -1 : it->second.dim;
             if (inLane[i] < 0) continue;
             if (count && count != it->second.count) return no("logical op " + plan.opName(L, op) + " reads inputs split over different numbers of lanes");
             count = it->second.count;
             any = true;
+        }
+        if (partials > 0) {
+            // A sum over the lanes stays one only through maps linear in it: each lane's part is
+            // mapped alike and the parts still add up. Added only to other such sums; multiplied
+            // or divided only by what is the same on every replica.
+            static const std::set<std::string, std::less<>> unary = {"identity", "neg", "reshape", "permute", "transpose", "mul_scalar", "div_scalar",
+                                                                      "sum", "sum_to", "expand", "slice"};
+            const bool linear = !any && ((unary.count(kind) && ins.size() == 1) || ((kind == "add" || kind == "sub") && partials == ins.size()) ||
+                                         ((kind == "mul" || kind == "matmul") && partials == 1) ||
+                                         (kind == "div" && ins.size() == 2 && partials == 1 && lane.count(ins[0]) && lane.at(ins[0]).partial));
+            if (!linear) return no("logical op " + plan.opName(L, op) + " is not linear in the sum over the replicas it reads");
+            for (auto t : outs) lane[t] = Lane{-1, count, true};
+            continue;
         }
         if (!any) {
             for (auto t : outs) lane[t] = Lane{};
@@ -120,23 +145,66 @@ bool provenByReplicaZero(const Plan& plan, const Stage& stage, std::string* why,
         for (std::size_t i = 0; i < ins.size() && i < dims.in.size(); ++i)
             if (inLane[i] < 0 && std::find(dims.in[i].begin(), dims.in[i].end(), label) != dims.in[i].end())
                 return no(where + " indexes an unsplit input by the split dim");
+        // A sum over the split dim (a weight's gradient summed over the batch) is the sum of
+        // every lane's sum over its own part: a partial sum over the lanes. Only plain sums and
+        // contractions; a mean, a norm or a max over the batch is not a sum of the lanes' own.
+        static const std::set<std::string, std::less<>> sums = {"sum", "sum_to", "matmul"};
+        bool dropped = false, kept = false;
         for (std::size_t j = 0; j < outs.size(); ++j) {
             if (j >= dims.out.size()) return no(where + " has no dims for an output");
+            const bool has = std::find(dims.out[j].begin(), dims.out[j].end(), label) != dims.out[j].end();
+            (has ? kept : dropped) = true;
+        }
+        if (dropped) {
+            if (kept || !sums.count(kind)) return no(where + " drops the split dim");
+            for (auto t : outs) lane[t] = Lane{-1, count, true};
+            continue;
+        }
+        for (std::size_t j = 0; j < outs.size(); ++j) {
             auto at = std::find(dims.out[j].begin(), dims.out[j].end(), label);
-            if (at == dims.out[j].end()) return no(where + " drops the split dim");
             lane[outs[j]] = Lane{static_cast<int>(at - dims.out[j].begin()), count};
         }
     }
     const auto& out = plan.lineage[stage.output];
-    if (out.replicas == ReplicaMode::Sum) return no("its replicas' terms add up");
     auto it = lane.find(out.logical);
     const Lane have = it == lane.end() ? Lane{} : it->second;
+    if (out.replicas == ReplicaMode::Sum) {
+        // Proven on the stored lane's part (the cut, mandatory here): lane 0's sum is replica
+        // 0's terms, each lane's likewise, and the lanes' sums add up to the whole.
+        std::int32_t mb = -1;
+        for (const auto& s : out.slices)
+            for (const auto& c : s.copies)
+                for (const auto& t : c) mb = std::max(mb, P.tensors[t.tensor].microbatch);
+        if (!have.partial || have.count != plan.replication.instances(mb)) return no("its replicas' terms add up");
+        // Such a stage has no whole-tensor check to fall back on: the cut must be possible.
+        for (const auto& [t, l] : lane) {
+            if (l.partial || l.dim < 0 || l.count <= 1) continue;
+            const auto& shape = plan.shape(L, t);
+            const auto d = static_cast<std::size_t>(l.dim);
+            if (d >= shape.size() || shape[d] % l.count != 0) return no("the batch of " + plan.tensorName(L, t) + " does not split evenly over its lanes");
+        }
+        for (auto r : stage.inputs) {
+            const auto& rec = plan.lineage[r];
+            if (rec.replicas != ReplicaMode::Split) continue;
+            const auto d = static_cast<std::size_t>(rec.splitDim);
+            const auto part = plan.shape(L, rec.logical)[d] / laneOf(rec).count;
+            for (const auto& sl : rec.slices)
+                if (sl.box.hi[d] > part) return no("lineage record " + std::to_string(r) + " places replica 0's part outside the first lane");
+        }
+        if (splits) {
+            splits->clear();
+            for (const auto& [t, l] : lane)
+                if (!l.partial && l.dim >= 0 && l.count > 1) splits->emplace(t, LaneSplit{l.dim, l.count});
+        }
+        return true;
+    }
+    if (have.partial) return no("the split of " + plan.tensorName(L, out.logical) + " does not follow from its inputs'");
     const Lane want = laneOf(out);
     if (!(have == want)) return no("the split of " + plan.tensorName(L, out.logical) + " does not follow from its inputs'");
     if (splits) {
         splits->clear();
         for (const auto& [t, l] : lane)
-            if (l.dim >= 0 && l.count > 1) splits->emplace(t, LaneSplit{l.dim, l.count});
+            if (!l.partial && l.dim >= 0 && l.count > 1) splits->emplace(t, LaneSplit{l.dim, l.count});
     }
     return true;
 }
