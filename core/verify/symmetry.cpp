@@ -81,6 +81,22 @@ bool provenByReplicaZero(const Plan& plan, const Stage& stage, std::string* why,
         auto [it, fresh] = lane.emplace(rec.logical, d);
         if (!fresh && !(it->second == d)) return no("records of " + plan.tensorName(L, rec.logical) + " disagree on its split");
     }
+    // A tensor the stage reads through a record may also be computed by its logical ops (the
+    // checker then defines the record's parallel tensors from the computed value). The lane
+    // the ops give it must be the one its record states: a computed partial or another split
+    // under a `copies` or `split_dim` record would make replica 0's check assume what the
+    // record does not say.
+    const std::unordered_map<TensorId, Lane> recorded = lane;
+    auto setLane = [&](TensorId t, const Lane& l) {
+        if (auto it = recorded.find(t); it != recorded.end() && !(it->second == l)) return false;
+        lane[t] = l;
+        return true;
+    };
+    auto setLanes = [&](const auto& ts, const Lane& l) {
+        for (auto t : ts)
+            if (!setLane(t, l)) return false;
+        return true;
+    };
     const auto& reg = OpRegistry::instance();
     for (auto op : stage.logicalOps) {
         const auto ins = L.inputs(op);
@@ -108,17 +124,17 @@ bool provenByReplicaZero(const Plan& plan, const Stage& stage, std::string* why,
             // A sum over the lanes stays one only through maps linear in it: each lane's part is
             // mapped alike and the parts still add up. Added only to other such sums; multiplied
             // or divided only by what is the same on every replica.
-            static const std::set<std::string, std::less<>> unary = {"identity", "neg", "reshape", "permute", "transpose", "mul_scalar", "div_scalar",
+            static const std::set<std::string, std::less<>> unary = {"identity", "neg", "reshape", "permute", "transpose", "mul_scalar",
                                                                       "sum", "sum_to", "expand", "slice"};
             const bool linear = !any && ((unary.count(kind) && ins.size() == 1) || ((kind == "add" || kind == "sub") && partials == ins.size()) ||
                                          ((kind == "mul" || kind == "matmul") && partials == 1) ||
                                          (kind == "div" && ins.size() == 2 && partials == 1 && lane.count(ins[0]) && lane.at(ins[0]).partial));
             if (!linear) return no("logical op " + plan.opName(L, op) + " is not linear in the sum over the replicas it reads");
-            for (auto t : outs) lane[t] = Lane{-1, count, true};
+            if (!setLanes(outs, Lane{-1, count, true})) return no("logical op " + plan.opName(L, op) + " computes a tensor the stage also reads through a record of another split");
             continue;
         }
         if (!any) {
-            for (auto t : outs) lane[t] = Lane{};
+            if (!setLanes(outs, Lane{})) return no("logical op " + plan.opName(L, op) + " computes a tensor the stage also reads through a record of another split");
             continue;
         }
         std::vector<Shape> inShapes, outShapes;
@@ -157,12 +173,12 @@ bool provenByReplicaZero(const Plan& plan, const Stage& stage, std::string* why,
         }
         if (dropped) {
             if (kept || !sums.count(kind)) return no(where + " drops the split dim");
-            for (auto t : outs) lane[t] = Lane{-1, count, true};
+            if (!setLanes(outs, Lane{-1, count, true})) return no("logical op " + plan.opName(L, op) + " computes a tensor the stage also reads through a record of another split");
             continue;
         }
         for (std::size_t j = 0; j < outs.size(); ++j) {
             auto at = std::find(dims.out[j].begin(), dims.out[j].end(), label);
-            lane[outs[j]] = Lane{static_cast<int>(at - dims.out[j].begin()), count};
+            if (!setLane(outs[j], Lane{static_cast<int>(at - dims.out[j].begin()), count})) return no("logical op " + plan.opName(L, op) + " computes a tensor the stage also reads through a record of another split");
         }
     }
     const auto& out = plan.lineage[stage.output];
