@@ -201,37 +201,57 @@ private:
         auto l = summands(lhs), r = summands(rhs);
         if (l.size() + r.size() < 3) return 0;
         // Union-find over the unknowns (uninterpreted constants, by AST id); each monomial joins
-        // the unknowns it reads. Subterms shared between monomials are walked once per monomial
-        // but their unknowns once per walk.
+        // the unknowns it reads. Every subterm is walked once for all monomials (post-order,
+        // memoised by AST id): a subterm stands for one of its unknowns, all of which are joined,
+        // so a monomial meeting it again joins that one. Monomials sharing a large subterm (a
+        // routing function of a whole score row) cost its size once, not once each.
         std::unordered_map<unsigned, unsigned> parent;
         bool opaque = false;  // a quantifier or bound variable: its unknowns are not walked, so no split
         auto find = [&](unsigned v) {
             while (parent.at(v) != v) v = parent[v] = parent.at(parent.at(v));
             return v;
         };
-        auto unknownOf = [&](const z3::expr& m) -> std::optional<unsigned> {
-            std::optional<unsigned> first;
-            std::unordered_set<unsigned> seen;
-            std::vector<z3::expr> work{m};
-            while (!work.empty()) {
-                auto e = work.back();
-                work.pop_back();
-                if (!seen.insert(e.id()).second) continue;
-                if (!e.is_app()) {
-                    opaque = true;
-                    continue;
-                }
-                if (e.is_const()) {
-                    if (e.decl().decl_kind() != Z3_OP_UNINTERPRETED) continue;
-                    unsigned v = e.id();
-                    parent.emplace(v, v);
-                    if (!first) first = v;
-                    else if (auto a = find(*first), b = find(v); a != b) parent[a] = b;
-                    continue;
-                }
-                for (unsigned k = 0; k < e.num_args(); ++k) work.push_back(e.arg(k));
+        constexpr std::int64_t kNoUnknown = -1;
+        std::unordered_map<unsigned, std::int64_t> unknownIn;  // AST id -> an unknown it reads, or kNoUnknown
+        auto leaf = [&](const z3::expr& e) {  // whether e needs its arguments walked; else records it
+            if (unknownIn.count(e.id())) return false;
+            if (!e.is_app()) {
+                opaque = true;
+                unknownIn.emplace(e.id(), kNoUnknown);
+                return false;
             }
-            return first;
+            if (!e.is_const()) return true;
+            if (e.decl().decl_kind() != Z3_OP_UNINTERPRETED) {
+                unknownIn.emplace(e.id(), kNoUnknown);
+                return false;
+            }
+            parent.emplace(e.id(), e.id());
+            unknownIn.emplace(e.id(), e.id());
+            return false;
+        };
+        auto unknownOf = [&](const z3::expr& m) -> std::optional<unsigned> {
+            std::vector<std::pair<z3::expr, unsigned>> stack;  // a term and its next argument
+            if (leaf(m)) stack.emplace_back(m, 0u);
+            while (!stack.empty()) {
+                if (stack.back().second < stack.back().first.num_args()) {
+                    z3::expr arg = stack.back().first.arg(stack.back().second++);
+                    if (leaf(arg)) stack.emplace_back(std::move(arg), 0u);
+                    continue;
+                }
+                const z3::expr e = stack.back().first;
+                stack.pop_back();
+                if (unknownIn.count(e.id())) continue;  // reached twice below one term
+                std::int64_t rep = kNoUnknown;
+                for (unsigned k = 0; k < e.num_args(); ++k) {
+                    const auto r = unknownIn.at(e.arg(k).id());
+                    if (r == kNoUnknown) continue;
+                    if (rep == kNoUnknown) rep = r;
+                    else if (auto a = find(static_cast<unsigned>(rep)), c = find(static_cast<unsigned>(r)); a != c) parent[a] = c;
+                }
+                unknownIn.emplace(e.id(), rep);
+            }
+            const auto r = unknownIn.at(m.id());
+            return r == kNoUnknown ? std::nullopt : std::optional<unsigned>(static_cast<unsigned>(r));
         };
         std::vector<std::optional<unsigned>> readsL, readsR;
         for (const auto& m : l) readsL.push_back(unknownOf(m));
