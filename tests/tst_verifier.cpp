@@ -279,6 +279,76 @@ private slots:
         QCOMPARE(QString::fromStdString(r.failure->tensor), QString("loss"));
     }
 
+    // Tier 0 simplifies every element of a stage in one call and closes those whose difference
+    // is 0: each element must still be judged on its own. Rank 0 computes y = x + x, rank 1 the
+    // same but for one element, x + x + x: no element is the logical term (2x) itself, so all
+    // twelve go into the one call, and only the wrong one may stay open, wherever it is.
+    void everyElementIsJudgedOnItsOwn_data() {
+        QTest::addColumn<int>("wrong");  // the element rank 1 gets wrong; -1 none
+        QTest::addColumn<bool>("together");  // tier 0 on (its size gate at 0), or the default (off at this size)
+        for (bool together : {true, false}) {
+            const std::string how = together ? ", simplified together" : ", one by one";
+            QTest::newRow(("none" + how).c_str()) << -1 << together;
+            for (int k = 0; k < 6; ++k) QTest::newRow(("element " + std::to_string(k) + how).c_str()) << k << together;
+        }
+    }
+    void everyElementIsJudgedOnItsOwn() {
+        QFETCH(int, wrong);
+        QFETCH(bool, together);
+        json doc = json::parse(R"({
+          "format": "trainverify-plan", "version": 1, "name": "one-element-wrong",
+          "logical": {
+            "tensors": [{"id": "x", "role": "input", "shape": [6]}, {"id": "y", "shape": [6]}],
+            "ops": [{"id": "double", "op": "mul_scalar", "inputs": ["x"], "outputs": ["y"], "attrs": {"value": "2"}}]},
+          "parallel": {
+            "mesh": {"tp": 2},
+            "tensors": [{"id": "x@r0", "rank": 0, "role": "input", "shape": [6]}, {"id": "y@r0", "rank": 0, "shape": [6]},
+                        {"id": "x@r1", "rank": 1, "role": "input", "shape": [6]}, {"id": "t@r1", "rank": 1, "shape": [6]},
+                        {"id": "w@r1", "rank": 1, "shape": [6]}, {"id": "y@r1", "rank": 1, "shape": [6]}],
+            "ops": [{"id": "twice@r0", "op": "add", "rank": 0, "inputs": ["x@r0", "x@r0"], "outputs": ["y@r0"]},
+                    {"id": "twice@r1", "op": "add", "rank": 1, "inputs": ["x@r1", "x@r1"], "outputs": ["t@r1"]},
+                    {"id": "thrice@r1", "op": "add", "rank": 1, "inputs": ["t@r1", "x@r1"], "outputs": ["w@r1"]}]},
+          "lineage": [
+            {"logical": "x", "slices": [{"box": [[0, 6]], "copies": [["x@r0"], ["x@r1"]]}]},
+            {"logical": "y", "slices": [{"box": [[0, 6]], "copies": [["y@r0"], ["y@r1"]]}]}]
+        })");
+        auto& P = doc["parallel"];
+        if (wrong < 0) {
+            P["ops"].erase(2);      // nothing computes 3x
+            P["tensors"].erase(4);  // w@r1
+            P["ops"].push_back({{"id", "pick@r1"}, {"op", "identity"}, {"rank", 1}, {"inputs", {"t@r1"}}, {"outputs", {"y@r1"}}});
+        } else {
+            // y@r1 = t[0:k] ++ w[k:k+1] ++ t[k+1:6], the empty pieces left out.
+            json parts = json::array();
+            auto piece = [&](const std::string& from, int a, int b) {
+                if (a >= b) return;
+                const std::string id = from + std::to_string(a) + "@r1";
+                P["tensors"].push_back({{"id", id}, {"rank", 1}, {"shape", {b - a}}});
+                P["ops"].push_back({{"id", "cut." + id}, {"op", "slice"}, {"rank", 1}, {"inputs", {from + "@r1"}}, {"outputs", {id}},
+                                    {"attrs", {{"dim", 0}, {"start", a}, {"end", b}}}});
+                parts.push_back(id);
+            };
+            piece("t", 0, wrong);
+            piece("w", wrong, wrong + 1);
+            piece("t", wrong + 1, 6);
+            P["ops"].push_back({{"id", "join@r1"}, {"op", "concat"}, {"rank", 1}, {"inputs", parts}, {"outputs", {"y@r1"}}, {"attrs", {{"dim", 0}}}});
+        }
+        auto plan = loadPlan(doc);
+        VerifyOptions o;
+        o.jobs = 1;
+        o.check.reduceShapes = false;  // every element at its own place
+        if (together) o.check.simplifyTogetherMinNodes = 0;
+        const auto r = verifyPlan(*plan, o);
+        if (wrong < 0) {
+            QVERIFY2(r.verdict == Verdict::Equivalent, r.failure ? r.failure->message.c_str() : "");
+            return;
+        }
+        QVERIFY(r.verdict == Verdict::NotEquivalent);
+        QVERIFY(r.failure && r.failure->kind == FailureKind::Counterexample);
+        QCOMPARE(r.failure->rank, 1);
+        QCOMPARE(QString::fromStdString(r.failure->element), QStringLiteral("[%1]").arg(wrong));
+    }
+
     void reportJsonHasTheDocumentedShape() {
         auto plan = loadPlan(loadJson("mlp-tp2-missing-allreduce.json"));
         auto j = reportToJson(verify(*plan, 2));

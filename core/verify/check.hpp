@@ -60,6 +60,13 @@ struct CheckOptions {
     std::uint64_t maxElements = std::uint64_t{1} << 21;
     /// On a counterexample, replay the stage op by op under the same model (Failure::trace).
     bool keepTrace = false;
+    /// Tier 0 (every element of a stage simplified in one call, docs/soundness.md) runs on a
+    /// stage whose terms have at least this many distinct nodes. Below it the per-element tiers
+    /// alone run, and the solver's queries are exactly what they were: extra terms in a
+    /// context can lengthen a solver's search for a counterexample by minutes (tst_generate's
+    /// ring-attention mutants went from 2 s to 60 s). The MoE stages it is for have 43,000 and
+    /// 160,000.
+    std::uint64_t simplifyTogetherMinNodes = 20'000;
 };
 
 /// Registers the running context so another thread can interrupt it (cancellation).
