@@ -39,28 +39,25 @@ z3::expr StageChecker::divideByGcd(const z3::expr& f) {
     return z3::sum(sum) == ctx.int_val(static_cast<int64_t>(f.arg(1).get_numeral_int64() / g));
 }
 
-bool StageChecker::infeasible() {
+bool StageChecker::giveUp(FailureKind kind, std::string message) {
     Failure f;
-    f.kind = FailureKind::ShapeReductionInfeasible;
+    f.kind = kind;
     f.stage = stage_.id;
     f.tensor = plan_.tensorName(L_, plan_.lineage[stage_.output].logical);
-    f.message = "no reduced shapes keep every partition boundary and operator constraint of this stage";
+    f.message = std::move(message);
     result_.status = StageStatus::Inconclusive;
     result_.failure = f;
     return false;
 }
 
+bool StageChecker::infeasible() {
+    return giveUp(FailureKind::ShapeReductionInfeasible, "no reduced shapes keep every partition boundary and operator constraint of this stage");
+}
+
 bool StageChecker::tooLarge() {
-    Failure f;
-    f.kind = FailureKind::Inconclusive;
-    f.stage = stage_.id;
-    f.tensor = plan_.tensorName(L_, plan_.lineage[stage_.output].logical);
-    f.message = "the stage holds " + std::to_string(result_.reducedElements) + " tensor elements " +
-                (opts_.reduceShapes ? "after shape reduction" : "(shape reduction off)") + ", more than the " + std::to_string(opts_.maxElements) +
-                " one check encodes (memory); not checked";
-    result_.status = StageStatus::Inconclusive;
-    result_.failure = f;
-    return false;
+    return giveUp(FailureKind::Inconclusive, "the stage holds " + std::to_string(result_.reducedElements) + " tensor elements " +
+                                                 (opts_.reduceShapes ? "after shape reduction" : "(shape reduction off)") + ", more than the " +
+                                                 std::to_string(opts_.maxElements) + " one check encodes (memory); not checked");
 }
 
 void StageChecker::addElements(std::uint64_t& sum, const Shape& s) {
@@ -110,16 +107,9 @@ bool StageChecker::reduceShapes() {
     // A stage proving a record whose replicas add up (`sum`) claims the stored lane's part of the
     // sum: it is only that obligation on the cut, never on the whole tensors.
     if (plan_.replication.active() && plan_.lineage[stage_.output].replicas == ReplicaMode::Sum) {
-        if (!cutToStoredLane()) {
-            Failure f;
-            f.kind = FailureKind::Inconclusive;
-            f.stage = stage_.id;
-            f.tensor = plan_.tensorName(L_, plan_.lineage[stage_.output].logical);
-            f.message = "the stage proves a sum over the replicas, and its logical tensors could not be cut to the stored lane's part; not checked";
-            result_.status = StageStatus::Inconclusive;
-            result_.failure = f;
-            return false;
-        }
+        if (!cutToStoredLane())
+            return giveUp(FailureKind::Inconclusive,
+                          "the stage proves a sum over the replicas, and its logical tensors could not be cut to the stored lane's part; not checked");
         lFull_ = lShape_;
         if (!opts_.reduceShapes) {
             result_.reducedElements = startElements();

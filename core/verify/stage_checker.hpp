@@ -80,6 +80,8 @@ private:
     /// sum(c_i * x_i) == k with integer c_i, k: divided by gcd(c_i, k), so solve-eqs can use it.
     static z3::expr divideByGcd(const z3::expr& f);
 
+    /// Ends the stage INCONCLUSIVE with a failure of this kind at its output (returns false).
+    bool giveUp(FailureKind kind, std::string message);
     bool infeasible();
 
     /// The stage's encoding would hold more tensor elements than CheckOptions::maxElements:
