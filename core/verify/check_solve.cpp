@@ -165,7 +165,7 @@ z3::expr StageChecker::idPremises(const std::vector<Eq>& eqs) const {
     return premises.empty() ? ctx_.bool_val(true) : z3::mk_and(premises);
 }
 
-std::vector<std::vector<std::vector<char>>> StageChecker::simplifyTogether(const LineageRecord& rec, const SymValue& ts, const z3::params& simp) {
+std::vector<std::vector<std::vector<char>>> StageChecker::simplifyTogether(const LineageRecord& rec, const SymValue& ts) {
     std::vector<std::vector<std::vector<char>>> closed(rec.slices.size());
     std::vector<std::vector<std::int64_t>> offsets(rec.slices.size());
     std::size_t elements = 0;
@@ -214,11 +214,15 @@ std::vector<std::vector<std::vector<char>>> StageChecker::simplifyTogether(const
             }
     if (slot.size() < 2) return closed;
     // The bound: a few dozen rewriting steps per distinct node (the MoE router stage, 160,705
-    // nodes, closes in under 5 M steps; at 1 M it does not). Past it the simplifier returns what
-    // it has rewritten so far, still equal terms: fewer elements close, none wrongly.
+    // nodes, closes in under 5 M steps; at 1 M it does not). Past it the simplifier throws, and
+    // tier 0 closes nothing.
     const std::uint64_t steps = kSimplifyTogetherBaseSteps + kSimplifyTogetherStepsPerNode * seen.size();
     try {
-        z3::params bounded(simp);
+        // A fresh set: z3::params copies share one underlying object, and a bound set on a
+        // copy of tier 1's would cap every later tier 1 call of the stage (found in review).
+        z3::params bounded(ctx_);
+        bounded.set("som", true);
+        bounded.set("arith_lhs", true);
         bounded.set("max_steps", static_cast<unsigned>(std::min<std::uint64_t>(steps, std::numeric_limits<unsigned>::max())));
         const auto together = ctx_.function("tv!elements", domain, ctx_.real_sort());
         const auto r = together(diffs).simplify(bounded);
@@ -252,7 +256,7 @@ void StageChecker::solve() {
     // simplifier rewrites each on its own); the others go through the tiers one by one. The
     // call is bounded in steps, so terms that expand past it (a loss over every token, which
     // tier 1d proves part by part) lose only this attempt.
-    const auto closedTogether = simplifyTogether(rec, ts, simp);
+    const auto closedTogether = simplifyTogether(rec, ts);
     for (std::size_t si = 0; si < rec.slices.size(); ++si) {
         const auto& s = rec.slices[si];
         const auto& closedHere = closedTogether[si];

@@ -294,7 +294,7 @@ private:
     /// Tier 0 of solve(): which elements of every slice and copy of the output record simplify
     /// to equal in one bounded call ([slice][copy][element]), for a stage whose terms have at
     /// least CheckOptions::simplifyTogetherMinNodes distinct nodes.
-    std::vector<std::vector<std::vector<char>>> simplifyTogether(const LineageRecord& rec, const SymValue& ts, const z3::params& simp);
+    std::vector<std::vector<std::vector<char>>> simplifyTogether(const LineageRecord& rec, const SymValue& ts);
     static constexpr std::uint64_t kSimplifyTogetherBaseSteps = 1'000'000, kSimplifyTogetherStepsPerNode = 40;
     void solve();
 
