@@ -24,7 +24,7 @@ Usage:
   trainverify verify --logical Gs.pkl --parallel Gp.pkl [same options]
   trainverify convert --logical Gs.pkl --parallel Gp.pkl -o PLAN.json
   trainverify inspect PLAN.json|PLAN.pkl [--json]
-  trainverify generate --model MODEL [--dp N] [--tp N] [--pp N] [--microbatches N] [--sp] [--ep N] [--cp N [--cp-comm all_gather|p2p]] [--zero 1|2|3]
+  trainverify generate --model MODEL [--dp N] [--tp N] [--pp N] [--microbatches N] [--sp] [--ep N [--etp M]] [--cp N [--cp-comm all_gather|p2p]] [--zero 1|2|3]
                        [--schedule 1f1b|gpipe] [--layers N] [--global-batch N] [--optimizer adamw|sgd]
                        [--hidden N] [--heads N] [--kv-heads N] [--ffn N] [--vocab N] [--seq N]
                        [--clip-grad NORM] [--format 1|2|3] [--verify] -o PLAN.json
@@ -69,8 +69,12 @@ generate Writes one whole training step (forward, backward, gradient reduction, 
          Models: mlp, gpt2, llama3 (small), llama3-8b, llama3-70b, llama3-405b, deepseek
          (small), deepseek-v2-lite, deepseek-v2, deepseek-v3; --layers and the size options
          override the preset. --zero splits optimizer state (2: and gradients; 3: and
-         weights) over the dp replicas. --ep N splits DeepSeek's experts over the tp group
-         (N = --tp). --cp N splits the sequence over a group of N ranks (context
+         weights) over the dp replicas. --ep N splits DeepSeek's experts over N ranks: the
+         tp group when N = --tp (expert tensor parallelism --etp 1), else a group of N
+         data-parallel replicas (Megatron-Core's and DeepSeek's layout: tokens dispatched
+         and combined by all-to-all, expert gradients reduced over the dp/N replicas that
+         hold the same experts; --etp defaults to --tp, each expert split as the dense MLP
+         is). --cp N splits the sequence over a group of N ranks (context
          parallelism, with or without --tp); --cp-comm p2p makes its attention a ring
          (K/V blocks passed around the cp group, online softmax) instead of all-gathering K and V. Under --tp the embedding and the
          cross-entropy are vocab-parallel. --verify verifies the

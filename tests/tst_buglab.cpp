@@ -101,6 +101,9 @@ std::set<std::string> allExcept(const std::string& s) {
 
 }  // namespace
 
+/// The expert-parallel entries: they apply only to plans with experts split over data-parallel replicas.
+const std::string kExpertEntries = "ep-grad-scaled-twice ep-grad-not-scaled ep-grad-norm-omits-experts ep-grad-wrong-group";
+
 class TestBugLab : public QObject {
     Q_OBJECT
 
@@ -122,12 +125,12 @@ private slots:
         };
         // The paper's configuration in miniature (dp2 tp2 pp2 nm2), stored with repeats (format 3).
         generated("llama-dp2-tp2-pp2-nm2", llama(2, 2, 2, 2, 2),
-                  allExcept("cp-loss-overscaled ep-allgather-wrong-group all-to-all-wrong-order zero-shard-wrong-grad"));
+                  allExcept("cp-loss-overscaled ep-allgather-wrong-group all-to-all-wrong-order zero-shard-wrong-grad " + kExpertEntries));
         auto sp = llama(2, 1, 2, 2, 2);
         sp.sequenceParallel = true;
         generated("llama-tp2-pp2-nm2-sp", sp,
                   allExcept("dp-grad-not-averaged dp-grad-averaged-twice cp-loss-overscaled ep-allgather-wrong-group "
-                            "all-to-all-wrong-order zero-shard-wrong-grad"));
+                            "all-to-all-wrong-order zero-shard-wrong-grad " + kExpertEntries));
         auto cp = llama(1, 1, 1, 1, 1);
         cp.cp = 2;
         generated("llama-cp2", cp,
@@ -145,6 +148,19 @@ private slots:
                         "zero-shard-wrong-grad"));
         generated("deepseek-tp2-ep2-sp", deepseek(1, true), words("all-to-all-wrong-order"), false);
         generated("deepseek-dp2-tp2-ep2", deepseek(2, false), words("ep-allgather-wrong-group"), false);
+        // Expert parallelism over the data-parallel replicas (Megatron-Core's and DeepSeek's
+        // layout): two expert-parallel groups of two replicas, the gradients clipped to a global
+        // norm. Every entry runs on it: the expert entries apply, and so do the dispatch's
+        // all-to-all and the dense and expert gradient reducers.
+        auto epDp = llama(2, 4, 1, 1, 2);
+        epDp.model = "deepseek";
+        epDp.kvHeads = 4;
+        epDp.ep = 2;
+        epDp.clipGrad = "1";
+        generated("deepseek-dp4-ep2-nm2-clipped", epDp,
+                  words(kExpertEntries + " all-to-all-wrong-order reducer-before-last-microbatch "
+                        "dp-grad-not-averaged dp-grad-averaged-twice optimizer-unreduced-grad norm-eps-one-rank norm-square-as-identity "
+                        "bwd-grad-sum-duplicated rope-bwd-halves-swapped attn-scale-one-rank grad-accum-missing data-loader-microbatch-offset"));
 
         const std::string ex = std::string(TV_SOURCE_DIR) + "/resources/examples/";
         auto example = [&](const std::string& file, std::set<std::string> applies) {

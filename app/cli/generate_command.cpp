@@ -25,6 +25,7 @@ int generateCommand(const Args& args) {
         .count({"--pp"}, 1, kMaxDegree, degree(o.pp))
         .count({"--microbatches", "--nm"}, 1, kMaxDegree, degree(o.microbatches))
         .count({"--ep"}, 1, kMaxDegree, degree(o.ep))
+        .count({"--etp"}, 1, kMaxDegree, degree(o.etp))
         .count({"--cp"}, 1, kMaxDegree, degree(o.cp))
         .text({"--cp-comm"}, &o.cpComm, "--cp-comm needs all_gather or p2p")
         .count({"--zero"}, 1, 3, degree(o.zero), "--zero must be 1, 2 or 3")

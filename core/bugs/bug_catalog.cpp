@@ -89,6 +89,10 @@ constexpr std::string_view kOrder[] = {
     "optimizer-unreduced-grad",
     "vocab-ce-max-not-reduced",
     "pp-send-microbatch-swapped",
+    "ep-grad-scaled-twice",
+    "ep-grad-not-scaled",
+    "ep-grad-norm-omits-experts",
+    "ep-grad-wrong-group",
 };
 
 const std::vector<Entry>& entries() {
@@ -98,6 +102,7 @@ const std::vector<Entry>& entries() {
         detail::appendComputationEntries(rows);
         detail::appendDataParallelEntries(rows);
         detail::appendMicrobatchEntries(rows);
+        detail::appendExpertParallelEntries(rows);
         std::vector<Entry> ordered;
         std::vector<bool> placed(rows.size(), false);
         for (auto name : kOrder) {

@@ -11,6 +11,8 @@
 //                               shards, the optimizer's step)
 //   entries_microbatches.cpp    the scheduling and data bugs (gradient accumulation, the
 //                               pipeline's microbatch slots, the data loader)
+//   entries_expert_parallel.cpp the expert-parallel bugs (expert gradients' scale and reduce
+//                               groups, the gradient norm over the experts)
 //   bug_catalog.cpp             the entries' order, the public API (findSites, mutate, caught,
 //                               the catalog) and what the verifier must report
 #pragma once
@@ -62,6 +64,8 @@ void appendComputationEntries(std::vector<Entry>& out);
 void appendDataParallelEntries(std::vector<Entry>& out);
 /// Category::Scheduling and Category::Data (entries_microbatches.cpp).
 void appendMicrobatchEntries(std::vector<Entry>& out);
+/// Expert parallelism over the data-parallel replicas (entries_expert_parallel.cpp).
+void appendExpertParallelEntries(std::vector<Entry>& out);
 
 /// Inside the catalog, a request that cannot be met is thrown as a Refusal and caught by the public
 /// functions (findSites, mutate), which return it as their `refused` problem.

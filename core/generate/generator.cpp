@@ -10,8 +10,19 @@ namespace tv::gen {
 
 using json = nlohmann::json;
 
+int expertTensorParallelism(const GenerateOptions& o) {
+    if (o.etp > 0) return o.etp;
+    return o.ep == 1 || o.ep == o.tp ? 1 : o.tp;
+}
+
+bool expertParallelOverReplicas(const GenerateOptions& o) {
+    const int etp = expertTensorParallelism(o);
+    return o.ep > 1 && (o.tp == 1 || (etp == o.tp && etp > 1));
+}
+
 ModelConfig modelConfig(const GenerateOptions& o) {
     auto c = preset(o.model).value_or(ModelConfig{});
+    c.expertTensorParallel = o.tp > 1 && expertTensorParallelism(o) == o.tp;
     if (o.layers) c.layers = *o.layers;
     if (o.hidden) c.hidden = *o.hidden;
     if (o.heads) c.heads = *o.heads;
@@ -47,9 +58,20 @@ std::optional<PlanProblem> validate(const GenerateOptions& o) {
         if (v < 1) return bad(n, std::string(n) + " must be at least 1");
     if (o.ep > 1 && preset(o.model)->experts == 0)
         return bad("ep", "ep " + std::to_string(o.ep) + ": expert parallelism needs a model with experts (deepseek, deepseek-v2-lite, deepseek-v2, deepseek-v3)");
-    if (o.ep > 1 && o.ep != o.tp)
-        return bad("ep", "ep " + std::to_string(o.ep) + ": experts are split over the tensor-parallel group (ep = tp = " + std::to_string(o.tp) +
-                              "); expert parallelism over other ranks is not in the generator yet");
+    if (o.etp < 0) return bad("etp", "etp must be at least 1");
+    if (o.etp > 0 && preset(o.model)->experts == 0)
+        return bad("etp", "etp " + std::to_string(o.etp) + ": expert tensor parallelism needs a model with experts");
+    if (const int etp = expertTensorParallelism(o); etp != 1 && etp != o.tp)
+        return bad("etp", "etp " + std::to_string(etp) + ": expert tensor parallelism is 1 (experts split by expert) or the tensor-parallel degree (" +
+                              std::to_string(o.tp) + ": each expert split as the dense MLP is)");
+    else if (etp == 1 && o.tp > 1 && o.ep > 1 && o.ep != o.tp)
+        return bad("ep", "ep " + std::to_string(o.ep) + " with etp 1 and tp " + std::to_string(o.tp) +
+                             ": the expert-parallel group would span tensor- and data-parallel ranks; use ep " + std::to_string(o.tp) +
+                             " (the experts split over the tensor-parallel group) or etp " + std::to_string(o.tp) +
+                             " (the expert-parallel group drawn from the data-parallel ranks, each expert split over the tensor-parallel group)");
+    if (expertParallelOverReplicas(o) && o.dp % o.ep != 0)
+        return bad("ep", "ep " + std::to_string(o.ep) + " does not divide dp " + std::to_string(o.dp) +
+                             " (the expert-parallel group is drawn from the data-parallel replicas)");
     if (o.cp > 1 && o.sequenceParallel)
         return bad("cp", "cp with sp: both would split the sequence (sequence parallelism over the tensor-parallel group, context "
                          "parallelism over the cp group); use one of them");
@@ -97,9 +119,17 @@ std::optional<PlanProblem> validate(const GenerateOptions& o) {
     if (c.family == "deepseek") {
         if (c.qkRopeDim % 2 != 0) { e << "RoPE dim " << c.qkRopeDim << " must be even (RoPE rotates pairs)"; return bad("model", e.str()); }
         if (!divides(o.tp, c.heads)) { e << "tensor parallelism: tp " << o.tp << " does not divide the " << c.heads << " attention heads"; return bad("tp", e.str()); }
-        if (!divides(o.tp, c.experts)) {
+        if (!c.expertTensorParallel && !divides(o.tp, c.experts)) {
             e << "expert parallelism: tp " << o.tp << " does not divide the " << c.experts << " routed experts (they are split over the tensor-parallel group)";
             return bad("tp", e.str());
+        }
+        if (c.expertTensorParallel && !divides(o.tp, c.moeFfn)) {
+            e << "expert tensor parallelism: tp " << o.tp << " does not divide the experts' inner size " << c.moeFfn;
+            return bad("etp", e.str());
+        }
+        if (expertParallelOverReplicas(o) && !divides(o.ep, c.experts)) {
+            e << "expert parallelism: ep " << o.ep << " does not divide the " << c.experts << " routed experts";
+            return bad("ep", e.str());
         }
         if (c.denseLayers > 0 && !divides(o.tp, c.ffn)) { e << "tensor parallelism: tp " << o.tp << " does not divide the ffn size " << c.ffn; return bad("tp", e.str()); }
         if (c.sharedExperts > 0 && !divides(o.tp, c.moeFfn * c.sharedExperts)) {
@@ -148,7 +178,10 @@ json generatePlan(const GenerateOptions& o) {
             for (int t : m.ops[i].outputs) keep.push_back(t);
     removeDeadOps(m, keep);
 
-    ParallelConfig pc{o.dp, o.tp, o.pp, o.microbatches, o.sequenceParallel, o.schedule, o.format >= 2 && o.dp > 1, o.format >= 2 && o.microbatches > 1, o.zero};
+    const int epOverReplicas = expertParallelOverReplicas(o) ? o.ep : 1;
+    ParallelConfig pc{o.dp, o.tp, o.pp, o.microbatches, o.sequenceParallel, o.schedule, o.format >= 2 && o.dp / epOverReplicas > 1,
+                      o.format >= 2 && o.microbatches > 1, o.zero};
+    pc.ep = epOverReplicas;
     pc.cp = o.cp;
     pc.cpRing = o.cpComm == "p2p";
     auto body = parallelize(m, pc);
@@ -158,6 +191,7 @@ json generatePlan(const GenerateOptions& o) {
     if (o.layers) name << "-l" << *o.layers;
     name << "-dp" << o.dp << "-tp" << o.tp << (o.cp > 1 ? "-cp" + std::to_string(o.cp) + (pc.cpRing ? "-ring" : "") : std::string()) << "-pp" << o.pp << "-nm" << o.microbatches;
     if (o.sequenceParallel) name << "-sp";
+    if (o.ep > 1) name << "-ep" << o.ep << (expertTensorParallelism(o) > 1 ? "-etp" + std::to_string(expertTensorParallelism(o)) : std::string());
     if (o.zero) name << "-zero" << o.zero;
     desc << "One training step of " << o.model << " (" << c.layers << " layers, hidden " << c.hidden;
     if (c.family == "deepseek")
@@ -174,6 +208,10 @@ json generatePlan(const GenerateOptions& o) {
                             (pc.cpRing ? " (the sequence split; ring attention: K/V blocks passed around the cp group, an online softmax merging them)"
                                        : " (the sequence split, K and V all-gathered for attention)")
                       : std::string())
+         << (pc.ep > 1 ? ", expert parallel " + std::to_string(pc.ep) + " over the data-parallel replicas (tokens dispatched and combined by all-to-all, "
+                         "expert gradients reduced over the " + std::to_string(o.dp / pc.ep) + " replicas holding the same experts" +
+                         (c.expertTensorParallel ? ", each expert split over the tensor-parallel group)" : ")")
+                   : o.ep > 1 ? ", expert parallel " + std::to_string(o.ep) + " over the tensor-parallel group" : std::string())
          << (o.zero ? ", ZeRO-" + std::to_string(o.zero) : std::string()) << (o.clipGrad.empty() ? "" : ", gradients clipped to global norm " + o.clipGrad)
          << ", pipeline parallel " << o.pp << " with " << o.microbatches << " microbatches (" << o.schedule
          << "). Generated by trainverify generate.";

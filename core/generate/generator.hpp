@@ -20,6 +20,10 @@ struct GenerateOptions {
     int dp = 1, tp = 1, pp = 1, microbatches = 1;
     bool sequenceParallel = false;
     int ep = 1, cp = 1, zero = 0;
+    /// Expert tensor parallelism (Megatron's expert_tensor_parallel_size): 0 takes the default,
+    /// 1 when ep equals tp (the experts split over the tensor-parallel group), tp otherwise (the
+    /// expert-parallel group drawn from the data-parallel ranks, each expert split over tp).
+    int etp = 0;
     /// Context parallelism's attention: "all_gather" (K and V all-gathered, as Llama 3 trained) or
     /// "p2p" (ring attention: K/V blocks passed around the cp group, online softmax).
     std::string cpComm = "all_gather";

@@ -205,18 +205,17 @@ void appendOptimizer(LogicalModel& m, const std::vector<int>& grads, const Optim
         if (g < 0) continue;
         const auto name = m.tensors[static_cast<std::size_t>(w)].name;
         const auto shape = m.shape(w);
-        const int shard = m.placement[static_cast<std::size_t>(w)].tpShardDim;
         m.layer = firstUseLayer[static_cast<std::size_t>(w)];
         if (cfg.kind == "sgd") {
             int out = m.op1("sgd", "optim." + name, {w, g}, json{{"lr", "1/100"}, {"weight_decay", "1/100"}}, shape);
             m.tensors[static_cast<std::size_t>(out)].role = Role::Weight;
-            m.placement[static_cast<std::size_t>(out)].tpShardDim = shard;
+            m.placement[static_cast<std::size_t>(out)] = m.placement[static_cast<std::size_t>(w)];
             continue;
         }
         int mState = m.input(name + ".exp_avg", shape, Role::OptimizerState);
         int vState = m.input(name + ".exp_avg_sq", shape, Role::OptimizerState);
-        m.placement[static_cast<std::size_t>(mState)].tpShardDim = shard;
-        m.placement[static_cast<std::size_t>(vState)].tpShardDim = shard;
+        m.placement[static_cast<std::size_t>(mState)] = m.placement[static_cast<std::size_t>(w)];
+        m.placement[static_cast<std::size_t>(vState)] = m.placement[static_cast<std::size_t>(w)];
         auto outs = m.op("adamw", "optim." + name, {w, g, mState, vState},
                          json{{"lr", "1/1000"}, {"beta1", "9/10"}, {"beta2", "999/1000"}, {"eps", "1e-8"},
                               {"weight_decay", "1/100"}, {"step", 1}},

@@ -39,6 +39,9 @@ struct LOp {
 /// How tensor parallelism holds a weight: replicated, or sharded along one dim.
 struct WeightPlacement {
     int tpShardDim = -1;
+    /// An expert weight's expert dim: split over the expert-parallel group when that group is drawn
+    /// from the data-parallel ranks (-1: not an expert weight).
+    int expertDim = -1;
 };
 
 class LogicalModel {

@@ -1,4 +1,5 @@
 #include "generate/models.hpp"
+#include "model/rational.hpp"
 
 #include <stdexcept>
 
@@ -34,12 +35,16 @@ struct DeepseekPreset {
     const char* score;
     const char* routeScale;
     const char* groupScore;
+    std::int64_t mtp;     ///< multi-token prediction depth
+    const char* auxLoss;  ///< the sequence-wise balance loss's alpha ("" none)
 };
 constexpr DeepseekPreset kDeepseek[] = {
-    {"deepseek", 2, 64, 4, 256, 16, 128, 32, 32, 16, 8, 16, 8, 1, 2, 32, 1, 4, 2, "sigmoid", "5/2", "top2"},
-    {"deepseek-v2-lite", 27, 2048, 16, 102400, 4096, 10944, 0, 512, 128, 64, 128, 64, 2, 6, 1408, 1, 1, 1, "softmax", "1", "max"},
-    {"deepseek-v2", 60, 5120, 128, 102400, 4096, 12288, 1536, 512, 128, 64, 128, 160, 2, 6, 1536, 1, 8, 3, "softmax", "16", "max"},
-    {"deepseek-v3", 61, 7168, 128, 129280, 4096, 18432, 1536, 512, 128, 64, 128, 256, 1, 8, 2048, 3, 8, 4, "sigmoid", "5/2", "top2"},
+    {"deepseek", 2, 64, 4, 256, 16, 128, 32, 32, 16, 8, 16, 8, 1, 2, 32, 1, 4, 2, "sigmoid", "5/2", "top2", 1, "1/10000"},
+    {"deepseek-v2-lite", 27, 2048, 16, 102400, 4096, 10944, 0, 512, 128, 64, 128, 64, 2, 6, 1408, 1, 1, 1, "softmax", "1", "max", 0, ""},
+    {"deepseek-v2", 60, 5120, 128, 102400, 4096, 12288, 1536, 512, 128, 64, 128, 160, 2, 6, 1536, 1, 8, 3, "softmax", "16", "max", 0, ""},
+    // DeepSeek-V3 as trained: one multi-token prediction module (loss weight 0.3, the first 10T
+    // tokens) and the sequence-wise balance loss with alpha 0.0001 (technical report, 4.2).
+    {"deepseek-v3", 61, 7168, 128, 129280, 4096, 18432, 1536, 512, 128, 64, 128, 256, 1, 8, 2048, 3, 8, 4, "sigmoid", "5/2", "top2", 1, "1/10000"},
 };
 
 }  // namespace
@@ -80,6 +85,8 @@ std::optional<ModelConfig> preset(const std::string& name) {
         c.routeScale = p.routeScale;
         c.groupScore = p.groupScore;
         c.routeBias = c.scoreFunc == "sigmoid";  // DeepSeek-V3 (sigmoid gate, noaux_tc routing)
+        c.mtpDepth = p.mtp;
+        c.auxLossAlpha = p.auxLoss;
         return c;
     }
     for (const auto& p : kPresets) {
@@ -106,6 +113,7 @@ struct Builder {
     LogicalModel& m;
     const ModelConfig& c;
     std::int64_t B;
+    int embedTable = -1;  ///< the token embedding's table, once embed() made it
 
     int linear(const std::string& name, int x, int w) {
         Shape out = m.shape(x);
@@ -151,6 +159,7 @@ struct Builder {
     /// sequence parallelism starts after it.
     int embed(const std::string& name, int ids, bool sp) {
         int table = m.weight(name + ".weight", {c.vocab, c.hidden}, 0);
+        embedTable = table;
         int x = m.op1("embedding", name, {ids, table}, json::object(), Shape{B, c.seq, c.hidden});
         if (sp) m.seqParallelStarts.push_back(x);
         return x;
@@ -350,10 +359,11 @@ void buildDeepseek(Builder& b, bool sp) {
     const auto [ids, labels] = b.tokens();
     const auto [cos, sin] = b.ropeTables(rope);
     int mask = b.causalMask();
-    int x = b.embed("embed", ids, sp);
-    for (std::int64_t l = 0; l < c.layers; ++l) {
-        m.layer = static_cast<int>(l);
-        const auto p = "layers." + std::to_string(l);
+    // One transformer block (MLA, then a dense SwiGLU or the mixture of experts) named p; the MoE
+    // blocks' balance losses are collected in `balance`.
+    std::vector<int> balance;
+    int sequenceWeights = -1;  ///< the loader's per-sequence weights of the balance loss [B, 1]
+    auto block = [&](const std::string& p, int x, bool dense) -> int {
         const auto a = p + ".attn";
         int an = m.weight(p + ".attn_norm.weight", {H});
         int h = b.rmsnorm(p + ".attn_norm", x, an);
@@ -391,10 +401,7 @@ void buildDeepseek(Builder& b, bool sp) {
         x = b.ew("add", a + ".residual", x, b.linear(a + ".wo", ctx, wo));
         int fn = m.weight(p + ".ffn_norm.weight", {H});
         h = b.rmsnorm(p + ".ffn_norm", x, fn);
-        if (l < c.denseLayers) {
-            x = b.ew("add", p + ".ffn.residual", x, b.swiglu(p + ".ffn", h, c.ffn));
-            continue;
-        }
+        if (dense) return b.ew("add", p + ".ffn.residual", x, b.swiglu(p + ".ffn", h, c.ffn));
         // Mixture of experts. The gate scores every expert for every token.
         const auto f = p + ".moe";
         int wg = m.weight(f + ".gate.weight", {E, H}, -1);
@@ -415,6 +422,26 @@ void buildDeepseek(Builder& b, bool sp) {
             forChoice = b.ew("add", f + ".biased_scores", scores, bias);
         }
         int chosen = b.un("topk_mask", f + ".route", forChoice, route);
+        if (!c.auxLossAlpha.empty()) {
+            // DeepSeek-V3's sequence-wise balance loss: per sequence, alpha * sum_i f_i P_i with
+            // f_i = E / (K S) * (tokens routed to expert i) and P_i the mean over the tokens of the
+            // scores normalised over the experts; the sequences' losses are weighted by the data
+            // loader's per-sequence loss weights (1/B for their mean) and added up.
+            int routedTo = m.op1("sum", f + ".balance.counts", {chosen}, json{{"dims", {1}}}, Shape{B, E});
+            int fi = b.un("mul_scalar", f + ".balance.f", routedTo, json{{"value", std::to_string(E) + "/" + std::to_string(c.topk * S)}});
+            int scoreTotal = m.op1("sum", f + ".balance.score_total", {scores}, json{{"dims", {2}}, {"keepdim", true}}, Shape{B, S, 1});
+            int normal = m.op1("div", f + ".balance.normalised", {scores, scoreTotal}, json::object(), Shape{B, S, E});
+            int pi = m.op1("mean", f + ".balance.p", {normal}, json{{"dims", {1}}}, Shape{B, E});
+            int perSeq = m.op1("sum", f + ".balance.per_sequence", {b.ew("mul", f + ".balance.fp", fi, pi)}, json{{"dims", {1}}, {"keepdim", true}},
+                               Shape{B, 1});
+            if (sequenceWeights < 0) {
+                sequenceWeights = m.input("balance.sequence_weights", {B, 1}, Role::Input);
+                m.dataInputs.push_back(sequenceWeights);
+            }
+            int weighted = m.op1("matmul", f + ".balance.weighted", {sequenceWeights, perSeq}, json{{"transpose_a", true}}, Shape{1, 1});
+            int overSequences = b.reshape(f + ".balance.total", weighted, {});
+            balance.push_back(b.un("mul_scalar", f + ".balance.loss", overSequences, json{{"value", c.auxLossAlpha}}));
+        }
         int weights = b.ew("mul", f + ".chosen_scores", scores, chosen);
         if (c.scoreFunc == "sigmoid") {
             int total = m.op1("sum", f + ".chosen_total", {weights}, json{{"dims", {2}}, {"keepdim", true}}, Shape{B, S, 1});
@@ -424,9 +451,14 @@ void buildDeepseek(Builder& b, bool sp) {
         // Routed experts, computed densely over the tokens and weighted by the gate.
         int tokens = b.reshape(f + ".tokens", h, {1, T, H});
         int each = m.op1("expand", f + ".to_experts", {tokens}, json::object(), Shape{E, T, H});
-        int w1 = m.weight(f + ".experts.w1.weight", {E, c.moeFfn, H}, 0);
-        int w3 = m.weight(f + ".experts.w3.weight", {E, c.moeFfn, H}, 0);
-        int w2 = m.weight(f + ".experts.w2.weight", {E, H, c.moeFfn}, 0);
+        // Split over the tensor-parallel group by expert, or (expert tensor parallelism) each
+        // expert's inner size as the dense MLP's: w1 and w3 column-parallel, w2 row-parallel. The
+        // expert dim is split over the expert-parallel group when it is drawn from the replicas.
+        const bool etp = c.expertTensorParallel;
+        int w1 = m.weight(f + ".experts.w1.weight", {E, c.moeFfn, H}, etp ? 1 : 0);
+        int w3 = m.weight(f + ".experts.w3.weight", {E, c.moeFfn, H}, etp ? 1 : 0);
+        int w2 = m.weight(f + ".experts.w2.weight", {E, H, c.moeFfn}, etp ? 2 : 0);
+        for (int w : {w1, w3, w2}) m.placement[static_cast<std::size_t>(w)].expertDim = 0;
         auto bmm = [&](const std::string& n, int in, int w, std::int64_t outDim) {
             return m.op1("matmul", n, {in, w}, json{{"transpose_b", true}}, Shape{E, T, outDim});
         };
@@ -440,7 +472,12 @@ void buildDeepseek(Builder& b, bool sp) {
         int routed = m.op1("sum", f + ".combine", {weighted}, json{{"dims", {0}}}, Shape{T, H});
         int moe = b.reshape(f + ".routed", routed, {B, S, H});
         if (c.sharedExperts > 0) moe = b.ew("add", f + ".with_shared", moe, b.swiglu(f + ".shared", h, c.moeFfn * c.sharedExperts));
-        x = b.ew("add", p + ".moe.residual", x, moe);
+        return b.ew("add", p + ".moe.residual", x, moe);
+    };
+    int x = b.embed("embed", ids, sp);
+    for (std::int64_t l = 0; l < c.layers; ++l) {
+        m.layer = static_cast<int>(l);
+        x = block("layers." + std::to_string(l), x, l < c.denseLayers);
     }
     m.layer = static_cast<int>(c.layers);
     m.headLayer = m.layer;
@@ -448,7 +485,43 @@ void buildDeepseek(Builder& b, bool sp) {
     int hn = b.rmsnorm("norm", x, fw);
     int wout = m.weight("head.weight", {c.vocab, H}, 0);
     int logits = b.linear("head", hn, wout);
-    m.loss = m.op1("cross_entropy", "loss", {logits, labels}, json::object(), Shape{});
+    const bool extraLosses = c.mtpDepth > 0 || !balance.empty();
+    const int mainLoss = m.op1("cross_entropy", extraLosses ? "loss.main" : "loss", {logits, labels}, json::object(), Shape{});
+    int loss = mainLoss;
+    // DeepSeek-V3's multi-token prediction: module k combines the previous depth's hidden states
+    // (RMSNorm) with the embedding of the token k ahead (RMSNorm, the shared table), projects the
+    // pair back to the hidden size, runs one transformer block (an MoE one) and predicts the token
+    // k + 1 ahead through its norm and the shared output head. The data loader gives each module
+    // its ids and labels shifted by k (Megatron rolls them and masks the positions past the end;
+    // here every position is a real token of the shifted stream).
+    if (c.mtpDepth > 0) {
+        std::vector<int> mtpLosses;
+        int prev = x;
+        for (std::int64_t k = 1; k <= c.mtpDepth; ++k) {
+            const auto p = "mtp." + std::to_string(k);
+            int ids = m.input(p + ".tokens", {B, S}, Role::Input, DType::Int);
+            int next = m.input(p + ".labels", {B, S}, Role::Input, DType::Int);
+            m.dataInputs.push_back(ids);
+            m.dataInputs.push_back(next);
+            int e = m.op1("embedding", p + ".embed", {ids, b.embedTable}, json::object(), Shape{B, S, H});
+            if (sp) m.seqParallelStarts.push_back(e);
+            int hw = m.weight(p + ".hnorm.weight", {H});
+            int ew = m.weight(p + ".enorm.weight", {H});
+            int pair = m.op1("concat", p + ".concat", {b.rmsnorm(p + ".hnorm", prev, hw), b.rmsnorm(p + ".enorm", e, ew)}, json{{"dim", 2}},
+                             Shape{B, S, 2 * H});
+            int proj = m.weight(p + ".eh_proj.weight", {H, 2 * H}, -1);
+            prev = block(p + ".block", b.linear(p + ".eh_proj", pair, proj), false);
+            int nw = m.weight(p + ".norm.weight", {H});
+            int lk = b.linear(p + ".head", b.rmsnorm(p + ".norm", prev, nw), wout);
+            mtpLosses.push_back(m.op1("cross_entropy", p + ".loss", {lk, next}, json::object(), Shape{}));
+        }
+        int mtp = mtpLosses[0];
+        for (std::size_t k = 1; k < mtpLosses.size(); ++k) mtp = b.ew("add", "mtp.loss_sum." + std::to_string(k), mtp, mtpLosses[k]);
+        const auto weight = Rational::parse(c.mtpWeight).value_or(Rational(3, 10)) / Rational(c.mtpDepth);
+        loss = b.ew("add", "loss.with_mtp", loss, b.un("mul_scalar", "mtp.loss", mtp, json{{"value", weight.toString()}}));
+    }
+    for (std::size_t i = 0; i < balance.size(); ++i) loss = b.ew("add", "loss.with_balance." + std::to_string(i), loss, balance[i]);
+    m.loss = extraLosses ? b.un("identity", "loss", loss) : mainLoss;
 }
 
 }  // namespace

@@ -40,6 +40,18 @@ struct ModelConfig {
     /// DeepSeek-V3's auxiliary-loss-free balancing: a per-expert bias added to the scores for
     /// choosing the experts (not for weighting them); updated between steps, an input of the step.
     bool routeBias = false;
+    /// Expert tensor parallelism (etp = tp): each expert's inner size split over the
+    /// tensor-parallel group as the dense MLP's is; false: the experts themselves split over it
+    /// (ep = tp, as TrainVerify's configurations place them).
+    bool expertTensorParallel = false;
+    /// DeepSeek-V3's multi-token prediction: this many extra modules (0: none), each predicting one
+    /// token further from the previous depth's hidden states and the next token's embedding, with
+    /// the shared embedding and output head; their mean loss is added with weight mtpWeight.
+    std::int64_t mtpDepth = 0;
+    std::string mtpWeight = "3/10";
+    /// DeepSeek-V3's complementary sequence-wise balance loss on every MoE layer, alpha times
+    /// sum_i f_i P_i per sequence (averaged over the sequences); empty: none.
+    std::string auxLossAlpha;
     std::int64_t headDim() const { return heads ? hidden / heads : 0; }
 };
 

@@ -14,7 +14,9 @@ namespace detail {
 
 Parallelizer::Parallelizer(const LogicalModel& m, const ParallelConfig& c) : M(m), C(c) {
     L = c.dp * c.microbatches;
-    listedDp = c.compactReplicas ? 1 : c.dp;
+    // Stored, the plan lists one expert-parallel group of replicas (one replica without expert
+    // parallelism over them).
+    listedDp = c.compactReplicas ? std::max(1, c.ep) : c.dp;
     listedMb = c.compactMicrobatches ? 1 : c.microbatches;
     // Layers split over the stages as evenly as they go: the first (layers mod pp) stages
     // take one layer more (126 layers over 16 stages: 14 stages of 8, then 2 of 7).
@@ -46,8 +48,11 @@ json Parallelizer::run() {
         for (const auto& o : M.ops)
             if (!o.dead && (o.kind == "adamw" || o.kind == "sgd"))
                 for (int t : o.outputs)
-                    if (lt(t).role == Role::Weight && versions[static_cast<std::size_t>(produced[static_cast<std::size_t>(t)])].pl.lane.st == St::DpShard)
-                        produced[static_cast<std::size_t>(t)] = dpGather(produced[static_cast<std::size_t>(t)]);
+                    if (lt(t).role == Role::Weight) {
+                        const auto& lane = versions[static_cast<std::size_t>(produced[static_cast<std::size_t>(t)])].pl.lane;
+                        if (lane.st == St::DpShard) produced[static_cast<std::size_t>(t)] = dpGather(produced[static_cast<std::size_t>(t)]);
+                        else if (lane.st == St::EpShard && lane.dim2 >= 0) produced[static_cast<std::size_t>(t)] = edpGather(produced[static_cast<std::size_t>(t)]);
+                    }
     orderBySchedule();
     json par{{"mesh", json::object()}, {"microbatches", C.microbatches}, {"tensors", ptensors}, {"ops", pops}};
     if (C.dp > 1) par["mesh"]["dp"] = C.dp;
@@ -70,6 +75,7 @@ json Parallelizer::run() {
         par["ranks"] = std::move(ranks);
     }
     if (compact()) par["replicas"] = json{{"axis", "dp"}};
+    if (compact() && listedDp > 1) par["replicas"]["listed"] = listedDp;
     if (compactMicrobatches()) par["replicas"]["microbatches"] = true;
     return json{{"logical", logicalJson()}, {"parallel", par}, {"lineage", lineage()}};
 }

@@ -45,6 +45,12 @@ struct ParallelConfig {
     /// Context parallelism's attention as a ring (Megatron's cp_comm_type "p2p"): K/V blocks passed
     /// around the cp group, an online softmax merging the blocks; false: K and V all-gathered.
     bool cpRing = false;
+    /// Expert parallelism over the data-parallel ranks (Megatron-Core's and DeepSeek's layout):
+    /// the routed experts split over groups of `ep` consecutive replicas, tokens dispatched to
+    /// them and combined by all-to-all, their gradients reduced over the dp / ep replicas that
+    /// hold the same experts. 1: none (or the experts split over the tensor-parallel group).
+    /// Stored, the plan lists one such group (plan-format.md §7, "listed").
+    int ep = 1;
 };
 
 /// Returns the "logical", "parallel" and "lineage" members of a plan file (format version 1, or

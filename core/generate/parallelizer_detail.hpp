@@ -19,7 +19,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -40,16 +42,34 @@ using json = nlohmann::json;
 /// Rep: every member holds it whole; Shard: split along dim; Partial: members' values add up.
 /// DpShard (lane axis only, ZeRO): each data-parallel replica holds its part along dim, shared by
 /// its microbatches.
-enum class St : std::uint8_t { Rep, Shard, Partial, DpShard };
+/// Expert parallelism over the replicas (lane axis only; replica k is member k mod ep of its
+/// expert-parallel group, the group being the ep consecutive replicas k - k mod ep ...):
+///   EpShard   per replica: expert part (k mod ep) along dim; with dim2 >= 0 (ZeRO over the
+///             expert-data-parallel replicas, which hold the same experts) also part (k / ep) of
+///             dp / ep along dim2;
+///   EpTokens  per lane (replica k, microbatch m): expert part (k mod ep) along dim, for the
+///             tokens of every lane of its group at microbatch m along dim2 (their batch blocks,
+///             in member order: what the dispatch all-to-all leaves);
+///   EpPartial per lane: expert part (k mod ep) along dim; the lanes holding the same part add up
+///             (an expert weight's gradient before its reduction);
+///   EpSum     per replica: the members of a group add up, groups hold copies (a sum over the
+///             experts, such as their gradients' squared norm, before the group's all-reduce).
+enum class St : std::uint8_t { Rep, Shard, Partial, DpShard, EpShard, EpTokens, EpPartial, EpSum };
 
 struct AxisState {
     St st = St::Rep;
     int dim = -1;
+    int dim2 = -1;
     friend bool operator==(const AxisState&, const AxisState&) = default;
     static AxisState rep() { return {}; }
     static AxisState shard(int d) { return {St::Shard, d}; }
     static AxisState partial() { return {St::Partial, -1}; }
     static AxisState dpShard(int d) { return {St::DpShard, d}; }
+    static AxisState epShard(int e, int z = -1) { return {St::EpShard, e, z}; }
+    static AxisState epTokens(int e, int t) { return {St::EpTokens, e, t}; }
+    static AxisState epPartial(int e) { return {St::EpPartial, e}; }
+    static AxisState epSum() { return {St::EpSum, -1}; }
+    bool expert() const { return st == St::EpShard || st == St::EpTokens || st == St::EpPartial || st == St::EpSum; }
 };
 
 /// A tensor's placement on the three axes: lanes (data parallelism x microbatches), and within a
@@ -62,7 +82,9 @@ struct Placement {
     }
 };
 
-inline std::string key(const AxisState& a) { return std::to_string(static_cast<int>(a.st)) + "/" + std::to_string(a.dim); }
+inline std::string key(const AxisState& a) {
+    return std::to_string(static_cast<int>(a.st)) + "/" + std::to_string(a.dim) + (a.dim2 >= 0 ? "/" + std::to_string(a.dim2) : std::string());
+}
 
 // ----- the parallelizer ------------------------------------------------------------------------
 
@@ -107,6 +129,26 @@ private:
     bool compactMicrobatches() const { return listedMb < C.microbatches; }
 
     bool laneAxis() const { return L > 1; }
+    /// Expert parallelism over the replicas (ParallelConfig::ep above 1).
+    bool epAxis() const { return C.ep > 1; }
+    /// The expert-parallel group of listed replica kk (its ep members, in order), and the
+    /// expert-data-parallel group (the replicas holding its experts; stored, only kk itself, the
+    /// rest in the other stored groups).
+    std::vector<int> epGroupOf(int kk) const {
+        std::vector<int> g;
+        for (int j = 0; j < C.ep; ++j) g.push_back(kk - kk % C.ep + j);
+        return g;
+    }
+    std::vector<int> edpGroupOf(int kk) const {
+        std::vector<int> g;
+        for (int u = 0; u < listedDp / C.ep; ++u) g.push_back(u * C.ep + kk % C.ep);
+        return g;
+    }
+    /// The batch block (of L) that lane (listed replica kk, listed microbatch m) holds. Replicas
+    /// in one expert-parallel group take consecutive blocks per microbatch, so that a stored group
+    /// (or a dispatch) covers one contiguous part: block ((kk / ep) * microbatches + m) * ep + kk mod ep,
+    /// which is kk * microbatches + m without expert parallelism over the replicas.
+    int laneBlock(int kk, int m) const { return ((kk / C.ep) * listedMb + m) * C.ep + kk % C.ep; }
     bool tpAxis() const { return C.tp > 1; }
     bool cpAxis() const { return C.cp > 1; }
     /// The members of one stage's group: cp x tp, cp-major.
@@ -115,7 +157,9 @@ private:
     /// Ranks: dp outermost, then pp, then cp, then tp (innermost).
     int rankOf(int k, int s, int g) const { return (k * C.pp + s) * G() + g; }
     /// One instance per replica (shared by its microbatches), or one per lane.
-    static bool perReplica(const Placement& p) { return p.lane.st == St::Rep || p.lane.st == St::DpShard; }
+    static bool perReplica(const Placement& p) {
+        return p.lane.st == St::Rep || p.lane.st == St::DpShard || p.lane.st == St::EpShard || p.lane.st == St::EpSum;
+    }
     int lanes(const Placement& p) const { return perReplica(p) ? listedDp : listedDp * listedMb; }
     int laneK(const Placement& p, int l) const { return perReplica(p) ? l : l / listedMb; }
     int laneM(const Placement& p, int l) const { return perReplica(p) ? -1 : l % listedMb; }
@@ -184,6 +228,28 @@ private:
     int dpGather(int vi);
 
     int convertLane(int vi, AxisState to);
+
+    // ----- expert parallelism over the replicas -----
+
+    /// Each listed replica's sum over its microbatches of a per-lane version: acc[kk][g].
+    std::vector<std::vector<std::string>> accumulateMicrobatches(const Version& src, const Shape& shape);
+    /// Shard(tokens) <-> EpTokens: the dispatch and combine all-to-alls over each expert-parallel group.
+    int epDispatch(int vi, AxisState to);
+    int epCombine(int vi);
+    /// EpPartial -> EpShard (or, ZeRO-2, EpShard with its part): accumulate the microbatches, then
+    /// reduce over the expert-data-parallel replicas.
+    int epReduce(int vi, AxisState to);
+    /// EpShard <-> EpShard with a ZeRO part (a chunk indexed by the replica's group; an all-gather
+    /// over the expert-data-parallel replicas).
+    int edpChunk(int vi, int dim);
+    int edpGather(int vi);
+    /// EpShard -> Rep (an all-gather over the expert-parallel group); Rep -> EpShard (a chunk).
+    int epGather(int vi);
+    int epChunk(int vi, int dim);
+    /// EpSum -> Rep: an all-reduce over the expert-parallel group.
+    int epAllReduce(int vi);
+    /// The dim ZeRO splits an expert weight's state along over the dp / ep replicas holding it.
+    int expertZeroDim(int t) const;
 
     /// The dim ZeRO splits a weight (and its optimizer state) along: the first one tensor
     /// parallelism does not split that divides by dp; -1 if none (it then stays replicated).
@@ -256,12 +322,22 @@ private:
     struct LanePick;
     struct Candidate;
     LanePick pickLane(const OpPlacing& x) const;
-    Candidate pickGroup(const OpPlacing& x, bool cpAx, int excluded, int laneLabel) const;
+    /// The lane axis of an op that reads a version in an expert-parallel state: nullopt when the
+    /// op cannot run on the experts' parts (its inputs are then converted back).
+    std::optional<LanePick> pickExpertLane(const OpPlacing& x) const;
+    Candidate pickGroup(const OpPlacing& x, bool cpAx, int excluded, int laneLabel, int laneLabel2) const;
     void processOp(int opIndex);
     void computeDesired();
 
     // ----- output (parallelizer_lineage.cpp; the schedule in parallelizer.cpp) -----
 
+    /// The lane axis of a lineage record: per slice, the cuts the lane placement makes (dim,
+    /// start, end) and its copies, each the lanes (instance indices) whose values add up.
+    struct LaneSlice {
+        std::vector<std::tuple<int, std::int64_t, std::int64_t>> cuts;
+        std::vector<std::vector<int>> copies;
+    };
+    std::vector<LaneSlice> laneSlices(const AxisState& a, const Shape& full) const;
     json lineage() const;
     json logicalJson() const;
     void orderBySchedule();

@@ -6,6 +6,72 @@
 
 namespace tv::gen::detail {
 
+std::vector<Parallelizer::LaneSlice> Parallelizer::laneSlices(const AxisState& a, const Shape& full) const {
+    std::vector<LaneSlice> out;
+    const int lanesListed = listedDp * listedMb;
+    auto part = [&](int d, std::int64_t parts, std::int64_t i) {
+        const auto n = full[static_cast<std::size_t>(d)] / parts;
+        return std::tuple<int, std::int64_t, std::int64_t>{d, n * i, n * (i + 1)};
+    };
+    switch (a.st) {
+        case St::Rep: {
+            LaneSlice s;
+            for (int kk = 0; kk < listedDp; ++kk) s.copies.push_back({kk});
+            out.push_back(std::move(s));
+            break;
+        }
+        case St::Partial: {
+            LaneSlice s;
+            s.copies.emplace_back();
+            for (int l = 0; l < lanesListed; ++l) s.copies.back().push_back(l);
+            out.push_back(std::move(s));
+            break;
+        }
+        case St::Shard:
+            for (int l = 0; l < lanesListed; ++l) out.push_back({{part(a.dim, L, laneBlock(l / listedMb, l % listedMb))}, {{l}}});
+            break;
+        case St::DpShard:
+            for (int kk = 0; kk < listedDp; ++kk) out.push_back({{part(a.dim, C.dp, kk)}, {{kk}}});
+            break;
+        case St::EpShard:
+            // Expert part j; copies on every replica holding it, or (ZeRO) each one's own part.
+            for (int j = 0; j < C.ep; ++j) {
+                if (a.dim2 >= 0) {
+                    for (int u = 0; u < listedDp / C.ep; ++u) out.push_back({{part(a.dim, C.ep, j), part(a.dim2, C.dp / C.ep, u)}, {{u * C.ep + j}}});
+                    continue;
+                }
+                LaneSlice s{{part(a.dim, C.ep, j)}, {}};
+                for (int u = 0; u < listedDp / C.ep; ++u) s.copies.push_back({u * C.ep + j});
+                out.push_back(std::move(s));
+            }
+            break;
+        case St::EpTokens:
+            // Lane (k, m): expert part k mod ep, for its group's tokens at microbatch m.
+            for (int l = 0; l < lanesListed; ++l) {
+                const int kk = l / listedMb, m = l % listedMb;
+                out.push_back({{part(a.dim, C.ep, kk % C.ep), part(a.dim2, L / C.ep, (kk / C.ep) * listedMb + m)}, {{l}}});
+            }
+            break;
+        case St::EpPartial:
+            // Expert part j: the sum over every lane holding it.
+            for (int j = 0; j < C.ep; ++j) {
+                LaneSlice s{{part(a.dim, C.ep, j)}, {{}}};
+                for (int l = 0; l < lanesListed; ++l)
+                    if ((l / listedMb) % C.ep == j) s.copies.back().push_back(l);
+                out.push_back(std::move(s));
+            }
+            break;
+        case St::EpSum: {
+            // Each group's members add up; the groups hold copies.
+            LaneSlice s;
+            for (int kk = 0; kk < listedDp; kk += C.ep) s.copies.push_back(epGroupOf(kk));
+            out.push_back(std::move(s));
+            break;
+        }
+    }
+    return out;
+}
+
 json Parallelizer::lineage() const {
     json records = json::array();
     std::vector<bool> initialDone(M.tensors.size(), false);
@@ -21,24 +87,20 @@ json Parallelizer::lineage() const {
         }
         const auto& p = v0.pl;
         const auto& full = lt(v0.logical).shape;
-        const int laneSlices = p.lane.st == St::Shard ? listedDp * listedMb : p.lane.st == St::DpShard ? listedDp : 1;
         const int tpSlices = p.tp.st == St::Shard ? C.tp : 1;
         const int cpSlices = p.cp.st == St::Shard ? C.cp : 1;
         json slices = json::array();
-        for (int ls = 0; ls < laneSlices; ++ls)
+        for (const auto& ls : laneSlices(p.lane, full))
           for (int cs = 0; cs < cpSlices; ++cs)
             for (int ts = 0; ts < tpSlices; ++ts) {
                 json box = json::array();
                 for (std::size_t d = 0; d < full.size(); ++d) {
                     std::int64_t lo = 0, hi = full[d];
-                    if (p.lane.st == St::Shard && p.lane.dim == static_cast<int>(d)) {
-                        lo = full[d] / L * ls;
-                        hi = lo + full[d] / L;
-                    }
-                    if (p.lane.st == St::DpShard && p.lane.dim == static_cast<int>(d)) {
-                        lo = full[d] / C.dp * ls;
-                        hi = lo + full[d] / C.dp;
-                    }
+                    for (const auto& [cd, clo, chi] : ls.cuts)
+                        if (cd == static_cast<int>(d)) {
+                            lo = clo;
+                            hi = chi;
+                        }
                     if (p.tp.st == St::Shard && p.tp.dim == static_cast<int>(d)) {
                         lo = full[d] / C.tp * ts;
                         hi = lo + full[d] / C.tp;
@@ -49,12 +111,8 @@ json Parallelizer::lineage() const {
                     }
                     box.push_back({lo, hi});
                 }
-                // Which (lane, t) instances make copies (replicated axes) and which are summed (partial axes).
-                std::vector<int> copyLanes, termLanes, copyTp, termTp;
-                if (p.lane.st == St::Shard || p.lane.st == St::DpShard) copyLanes = {ls};
-                else if (p.lane.st == St::Rep) for (int l = 0; l < listedDp; ++l) copyLanes.push_back(l);
-                if (p.lane.st == St::Partial) { copyLanes = {-1}; for (int l = 0; l < listedDp * listedMb; ++l) termLanes.push_back(l); }
-                else termLanes = {-1};
+                // Which group members make copies (replicated axes) and which are summed (partial axes).
+                std::vector<int> copyTp, termTp;
                 if (p.tp.st == St::Shard) copyTp = {ts};
                 else if (p.tp.st == St::Rep) for (int t = 0; t < C.tp; ++t) copyTp.push_back(t);
                 if (p.tp.st == St::Partial) { copyTp = {-1}; for (int t = 0; t < C.tp; ++t) termTp.push_back(t); }
@@ -66,14 +124,14 @@ json Parallelizer::lineage() const {
                 else termCp = {-1};
                 json copies = json::array();
                 for (const auto* v : group)
-                    for (int cl : copyLanes)
+                    for (const auto& laneTerms : ls.copies)
                       for (int cc : copyCp)
                         for (int ct : copyTp) {
                             json terms = json::array();
-                            for (int tl : termLanes)
+                            for (int l : laneTerms)
                               for (int tc : termCp)
                                 for (int tt : termTp) {
-                                    int l = cl >= 0 ? cl : tl, t = ct >= 0 ? ct : tt, c = cc >= 0 ? cc : tc;
+                                    int t = ct >= 0 ? ct : tt, c = cc >= 0 ? cc : tc;
                                     const auto& name = v->inst[static_cast<std::size_t>(l * G() + member(c, t))];
                                     if (p.coeff == Rational(1))
                                         terms.push_back(name);
@@ -86,9 +144,11 @@ json Parallelizer::lineage() const {
             }
         json rec{{"logical", lt(v0.logical).name}, {"slices", slices}};
         if (compact()) {
-            // How the record repeats in the other replicas.
-            if (p.lane.st == St::Shard || p.lane.st == St::DpShard) rec["replicas"] = json{{"split_dim", p.lane.dim}};
-            else rec["replicas"] = p.lane.st == St::Partial ? "sum" : "copies";
+            // How the record repeats in the other replicas (stored groups) and lanes.
+            const auto& a = p.lane;
+            if (a.st == St::Shard || a.st == St::DpShard) rec["replicas"] = json{{"split_dim", a.dim}};
+            else if (a.st == St::EpTokens || (a.st == St::EpShard && a.dim2 >= 0)) rec["replicas"] = json{{"split_dim", a.dim2}};
+            else rec["replicas"] = a.st == St::Partial || a.st == St::EpPartial ? "sum" : "copies";
         }
         records.push_back(std::move(rec));
     }

@@ -123,6 +123,7 @@ struct Parallelizer::LanePick {
     std::vector<AxisState> in, out;
     int label = -1;
     bool mean = false;
+    int expertLabel = -1;  ///< the expert dim's label, split over the expert-parallel group (-1: none)
 };
 
 /// A placement of one op on a group axis (cp or tp), with the communication it takes.
@@ -143,6 +144,20 @@ Parallelizer::LanePick Parallelizer::pickLane(const OpPlacing& x) const {
     std::vector<AxisState> laneIn(nin, AxisState::rep()), laneOut(nout, AxisState::rep());
     int laneLabel = -1;
     bool laneMean = false;
+    if (laneAxis() && epAxis()) {
+        bool expert = false;
+        for (const auto& p : x.cur) expert = expert || p.lane.expert();
+        if (expert) {
+            if (auto e = pickExpertLane(x)) return *e;
+            // The op cannot run on the experts' parts: its inputs go back to how the rest of the
+            // model holds them (tokens combined back to their lanes, expert parts gathered).
+            OpPlacing y = x;
+            for (auto& p : y.cur)
+                if (p.lane.st == St::EpTokens) p.lane = AxisState::shard(p.lane.dim2);
+                else if (p.lane.expert()) p.lane = AxisState::rep();
+            return pickLane(y);
+        }
+    }
     if (laneAxis()) {
         for (std::size_t i = 0; i < nin; ++i)
             if (x.cur[i].lane.st == St::Shard) {
@@ -173,6 +188,10 @@ Parallelizer::LanePick Parallelizer::pickLane(const OpPlacing& x) const {
                     laneIn[i] = d >= 0 ? AxisState::dpShard(d) : AxisState::rep();
                 }
                 for (std::size_t j = 0; j < nout; ++j) laneOut[j] = AxisState::dpShard(dimOf(dims.out[j], zeroLabel));
+                // The group axes must not split the same dim again: a ZeRO part and a tp part of
+                // one dim would nest in the order the conversions happened to run, which the
+                // placement does not record.
+                laneLabel = zeroLabel;
             }
         } else if (laneLabel >= 0) {
             for (std::size_t i = 0; i < nin; ++i) {
@@ -204,12 +223,137 @@ Parallelizer::LanePick Parallelizer::pickLane(const OpPlacing& x) const {
             }
         }
     }
-    return {std::move(laneIn), std::move(laneOut), laneLabel, laneMean};
+    return {std::move(laneIn), std::move(laneOut), laneLabel, laneMean, -1};
+}
+
+/// Expert parallelism over the replicas: an op that reads an expert weight, the dispatched tokens
+/// or an expert gradient runs on each replica's expert part when its outputs keep the expert dim.
+/// Tokens split by lane are dispatched to the experts (EpTokens) only by an op that also reads an
+/// expert weight or contracts the tokens (a weight gradient); any other op reading both combines
+/// the dispatched ones back (the gate's weights are applied to the combined expert outputs, as
+/// Megatron applies the routing probabilities after unpermuting).
+std::optional<Parallelizer::LanePick> Parallelizer::pickExpertLane(const OpPlacing& x) const {
+    const auto nin = x.nin, nout = x.nout;
+    const auto& dims = x.dims;
+    const auto& lin = x.lin;
+    int eLabel = -1, tLabel = -1;
+    auto set = [](int& slot, int l) {
+        if (l < 0 || (slot >= 0 && slot != l)) return false;
+        slot = l;
+        return true;
+    };
+    bool weightPart = false, sums = false, regularSplit = false;
+    std::vector<std::size_t> partials, epSums;
+    for (std::size_t i = 0; i < nin; ++i) {
+        const auto& a = x.cur[i].lane;
+        switch (a.st) {
+            case St::Rep: break;
+            case St::EpShard:
+                weightPart = true;
+                if (!set(eLabel, labelOf(dims.in[i], a.dim))) return std::nullopt;
+                break;
+            case St::EpPartial:
+                partials.push_back(i);
+                if (!set(eLabel, labelOf(dims.in[i], a.dim))) return std::nullopt;
+                break;
+            case St::EpTokens:
+                if (!set(eLabel, labelOf(dims.in[i], a.dim)) || !set(tLabel, labelOf(dims.in[i], a.dim2))) return std::nullopt;
+                break;
+            case St::Shard:
+                regularSplit = true;
+                if (!set(tLabel, labelOf(dims.in[i], a.dim))) return std::nullopt;
+                break;
+            case St::EpSum: epSums.push_back(i); break;
+            default: return std::nullopt;  // partial over every lane, or a ZeRO part of a dense tensor
+        }
+    }
+    LanePick r;
+    r.in.assign(nin, AxisState::rep());
+    r.out.assign(nout, AxisState::rep());
+    // Sums over the experts flow through maps additive in them (a total of squared norms).
+    if (eLabel < 0) {
+        if (epSums.empty() || tLabel >= 0 || lin.kind != Lin::Additive) return std::nullopt;
+        for (std::size_t i = 0; i < nin; ++i)
+            if (lin.linear[i] != (x.cur[i].lane.st == St::EpSum)) return std::nullopt;
+        for (auto i : epSums) r.in[i] = AxisState::epSum();
+        r.out.assign(nout, AxisState::epSum());
+        return r;
+    }
+    if (!epSums.empty()) return std::nullopt;
+    if (dims.labels[static_cast<std::size_t>(eLabel)].noShard) return std::nullopt;
+    if (tLabel >= 0 && (dims.labels[static_cast<std::size_t>(tLabel)].noShard || dims.labels[static_cast<std::size_t>(tLabel)].mean))
+        return std::nullopt;
+    // Gradient parts flow through maps linear in them; any other op reads them reduced.
+    bool partialsFlow = !partials.empty();
+    if (partialsFlow && lin.kind == Lin::Additive) {
+        for (std::size_t i = 0; i < nin; ++i)
+            if (lin.linear[i] != (x.cur[i].lane.st == St::EpPartial)) partialsFlow = false;
+    } else if (partialsFlow) {
+        partialsFlow = lin.kind == Lin::Multi && partials.size() == 1 && lin.linear[partials[0]];
+    }
+    bool keepsExperts = true, keepsTokens = true;
+    for (std::size_t j = 0; j < nout; ++j) {
+        keepsExperts = keepsExperts && dimOf(dims.out[j], eLabel) >= 0;
+        keepsTokens = keepsTokens && (tLabel < 0 || dimOf(dims.out[j], tLabel) >= 0);
+    }
+    // A sum over the experts of each replica's part (a squared norm): a sum over the group.
+    if (!keepsExperts) {
+        if (tLabel >= 0 || lin.kind != Lin::Additive || !dims.labels[static_cast<std::size_t>(eLabel)].sums) return std::nullopt;
+        for (std::size_t j = 0; j < nout; ++j)
+            if (dimOf(dims.out[j], eLabel) >= 0) return std::nullopt;
+        for (std::size_t i = 0; i < nin; ++i) {
+            const int d = dimOf(dims.in[i], eLabel);
+            if (lin.linear[i] != (d >= 0)) return std::nullopt;
+            if (d >= 0) r.in[i] = AxisState::epShard(d);
+        }
+        r.out.assign(nout, AxisState::epSum());
+        r.expertLabel = eLabel;
+        return r;
+    }
+    if (tLabel >= 0 && !keepsTokens) {
+        if (!dims.labels[static_cast<std::size_t>(tLabel)].sums) return std::nullopt;
+        sums = true;
+    }
+    if (regularSplit && !weightPart && !sums) return std::nullopt;
+    // ZeRO over the expert-data-parallel replicas: an input holding such a part makes the op run
+    // on it when every output keeps that dim (the optimizer on its part of the state).
+    int zLabel = -1;
+    for (std::size_t i = 0; i < nin; ++i)
+        if (x.cur[i].lane.st == St::EpShard && x.cur[i].lane.dim2 >= 0 && zLabel < 0) {
+            const int l = labelOf(dims.in[i], x.cur[i].lane.dim2);
+            bool all = l >= 0 && !dims.labels[static_cast<std::size_t>(l)].noShard;
+            for (std::size_t j = 0; j < nout && all; ++j) all = dimOf(dims.out[j], l) >= 0;
+            if (all) zLabel = l;
+        }
+    if (tLabel >= 0) zLabel = -1;
+    for (std::size_t i = 0; i < nin; ++i) {
+        const int de = dimOf(dims.in[i], eLabel), dt = tLabel >= 0 ? dimOf(dims.in[i], tLabel) : -1;
+        const auto& a = x.cur[i].lane;
+        if (de >= 0 && dt >= 0) {
+            if (a.st != St::EpTokens && !(a.st == St::Shard && a.dim == dt)) return std::nullopt;
+            r.in[i] = AxisState::epTokens(de, dt);
+        } else if (de >= 0) {
+            if (a.st == St::Shard || a.st == St::EpTokens) return std::nullopt;
+            const int dz = zLabel >= 0 ? dimOf(dims.in[i], zLabel) : -1;
+            r.in[i] = a.st == St::EpPartial && partialsFlow ? AxisState::epPartial(de) : AxisState::epShard(de, dz);
+        } else if (dt >= 0) {
+            return std::nullopt;  // tokens without the expert dim: no expert part to hold
+        }
+    }
+    for (std::size_t j = 0; j < nout; ++j) {
+        const int de = dimOf(dims.out[j], eLabel), dt = tLabel >= 0 ? dimOf(dims.out[j], tLabel) : -1;
+        if (dt >= 0) r.out[j] = AxisState::epTokens(de, dt);
+        else if (sums || partialsFlow) r.out[j] = AxisState::epPartial(de);
+        else r.out[j] = AxisState::epShard(de, zLabel >= 0 ? dimOf(dims.out[j], zLabel) : -1);
+    }
+    r.label = tLabel >= 0 ? tLabel : zLabel;  // the group axes split neither the tokens nor a ZeRO part again
+    r.expertLabel = eLabel;
+    return r;
 }
 
 /// A group axis (cp, or tp when cpAx is false): the placement with the least communication.
 /// `excluded`: the dim label the other group axis already splits along; `laneLabel`: the lane's.
-Parallelizer::Candidate Parallelizer::pickGroup(const OpPlacing& x, bool cpAx, int excluded, int laneLabel) const {
+Parallelizer::Candidate Parallelizer::pickGroup(const OpPlacing& x, bool cpAx, int excluded, int laneLabel, int laneLabel2) const {
     const auto& op = x.op;
     const auto nin = x.nin, nout = x.nout;
     const auto& dims = x.dims;
@@ -284,7 +428,7 @@ Parallelizer::Candidate Parallelizer::pickGroup(const OpPlacing& x, bool cpAx, i
     // gradient split along the sequence, such as a position embedding's, is gathered first).
     if (cpAx && (op.kind == "adamw" || op.kind == "sgd")) labels.clear();
     for (int l : labels) {
-        if (l < 0 || l == laneLabel || l == excluded) continue;
+        if (l < 0 || l == laneLabel || l == laneLabel2 || l == excluded) continue;
         const auto& lab = dims.labels[static_cast<std::size_t>(l)];
         if (lab.noShard || lab.size % n != 0) continue;
         Candidate c;
@@ -346,8 +490,8 @@ void Parallelizer::processOp(int opIndex) {
     cpPick.in.assign(nin, AxisState::rep());
     cpPick.out.assign(nout, AxisState::rep());
     tpPick = cpPick;
-    if (cpAxis()) cpPick = pickGroup(x, true, -1, lanePick.label);
-    if (tpAxis()) tpPick = pickGroup(x, false, cpPick.label, lanePick.label);
+    if (cpAxis()) cpPick = pickGroup(x, true, -1, lanePick.label, lanePick.expertLabel);
+    if (tpAxis()) tpPick = pickGroup(x, false, cpPick.label, lanePick.label, lanePick.expertLabel);
     const auto& tpIn = tpPick.in;
     const auto& tpOut = tpPick.out;
     const bool tpMean = tpPick.mean, tpVocab = tpPick.vocab;

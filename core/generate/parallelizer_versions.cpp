@@ -14,6 +14,9 @@ Shape Parallelizer::localShape(int logical, const Placement& p) const {
     Shape s = lt(logical).shape;
     if (p.lane.st == St::Shard) s[static_cast<std::size_t>(p.lane.dim)] /= L;
     if (p.lane.st == St::DpShard) s[static_cast<std::size_t>(p.lane.dim)] /= C.dp;
+    if (p.lane.st == St::EpShard || p.lane.st == St::EpTokens || p.lane.st == St::EpPartial) s[static_cast<std::size_t>(p.lane.dim)] /= C.ep;
+    if (p.lane.st == St::EpShard && p.lane.dim2 >= 0) s[static_cast<std::size_t>(p.lane.dim2)] /= C.dp / C.ep;
+    if (p.lane.st == St::EpTokens) s[static_cast<std::size_t>(p.lane.dim2)] = s[static_cast<std::size_t>(p.lane.dim2)] / L * C.ep;
     if (p.tp.st == St::Shard) s[static_cast<std::size_t>(p.tp.dim)] /= C.tp;
     if (p.cp.st == St::Shard) s[static_cast<std::size_t>(p.cp.dim)] /= C.cp;
     return s;
@@ -88,9 +91,18 @@ Placement Parallelizer::initialPlacement(int t) const {
     int d = M.placement[static_cast<std::size_t>(t)].tpShardDim;
     if (d >= 0 && tpAxis()) p.tp = AxisState::shard(d);
     // Context parallelism: the data loader gives each cp member its part of the sequence.
-    if (cpAxis() && isData[static_cast<std::size_t>(t)] && M.seqDim >= 0) p.cp = AxisState::shard(M.seqDim);
-    // ZeRO: optimizer state (and with ZeRO-3 the weights too) is split over the replicas.
+    if (cpAxis() && isData[static_cast<std::size_t>(t)] && M.seqDim >= 0 && static_cast<int>(lt(t).shape.size()) > M.seqDim &&
+        lt(t).shape[static_cast<std::size_t>(M.seqDim)] == M.tensors[static_cast<std::size_t>(M.dataInputs[0])].shape[static_cast<std::size_t>(M.seqDim)])
+        p.cp = AxisState::shard(M.seqDim);
     const auto role = lt(t).role;
+    // Expert parallelism over the replicas: each holds its group member's experts, and ZeRO splits
+    // their state over the replicas holding the same experts.
+    if (const int e = M.placement[static_cast<std::size_t>(t)].expertDim; e >= 0 && epAxis()) {
+        const int z = expertZeroDim(t);
+        p.lane = AxisState::epShard(e, z >= 0 && (role == Role::OptimizerState || (C.zero == 3 && role == Role::Weight)) ? z : -1);
+        return p;
+    }
+    // ZeRO: optimizer state (and with ZeRO-3 the weights too) is split over the replicas.
     if (int z = zeroDim(t); z >= 0 && (role == Role::OptimizerState || (C.zero == 3 && role == Role::Weight)))
         p.lane = AxisState::dpShard(z);
     return p;
@@ -125,19 +137,10 @@ int Parallelizer::fetch(int vi, int stage) {
     return nv;
 }
 
-int Parallelizer::laneReduce(int vi, AxisState to) {
-    const Version src = versions[static_cast<std::size_t>(vi)];
-    Placement p = src.pl;
-    p.lane = to;
-    p.coeff = src.pl.coeff * Rational(C.dp);
-    auto k = placementKey(src.logical, src.stage, p);
-    if (auto it = cache.find(k); it != cache.end()) return it->second;
+std::vector<std::vector<std::string>> Parallelizer::accumulateMicrobatches(const Version& src, const Shape& shape) {
     const auto& name = lt(src.logical).name;
     // acc[k][t]: the sum over this replica's microbatches.
     std::vector<std::vector<std::string>> acc(static_cast<std::size_t>(listedDp), std::vector<std::string>(static_cast<std::size_t>(G())));
-    Placement whole = p;
-    whole.lane = AxisState::rep();
-    const auto shape = localShape(src.logical, whole);
     for (int kk = 0; kk < listedDp; ++kk)
         for (int t = 0; t < G(); ++t) {
             int rank = rankOf(kk, src.stage, t);
@@ -159,6 +162,20 @@ int Parallelizer::laneReduce(int vi, AxisState to) {
             }
             acc[static_cast<std::size_t>(kk)][static_cast<std::size_t>(t)] = cur;
         }
+    return acc;
+}
+
+int Parallelizer::laneReduce(int vi, AxisState to) {
+    const Version src = versions[static_cast<std::size_t>(vi)];
+    Placement p = src.pl;
+    p.lane = to;
+    p.coeff = src.pl.coeff * Rational(C.dp);
+    auto k = placementKey(src.logical, src.stage, p);
+    if (auto it = cache.find(k); it != cache.end()) return it->second;
+    const auto& name = lt(src.logical).name;
+    Placement whole = p;
+    whole.lane = AxisState::rep();
+    const auto acc = accumulateMicrobatches(src, localShape(src.logical, whole));
     if (C.dp == 1) {
         // Nothing to average: the accumulated tensors are the new version's instances.
         Version v;
@@ -238,6 +255,19 @@ int Parallelizer::dpGather(int vi) {
 int Parallelizer::convertLane(int vi, AxisState to) {
     const auto from = versions[static_cast<std::size_t>(vi)].pl.lane;
     if (from == to) return vi;
+    // Expert parallelism over the replicas.
+    if (from.st == St::Shard && to.st == St::EpTokens && from.dim == to.dim2) return epDispatch(vi, to);
+    if (from.st == St::EpTokens && to.st == St::Shard && from.dim2 == to.dim) return epCombine(vi);
+    if (from.st == St::EpPartial && to.st == St::EpShard && from.dim == to.dim)
+        return to.dim2 >= 0 && C.zero < 2 ? edpChunk(epReduce(vi, AxisState::epShard(to.dim)), to.dim2) : epReduce(vi, to);
+    if (from.st == St::EpShard && to.st == St::EpShard && from.dim == to.dim) {
+        if (from.dim2 >= 0) return convertLane(edpGather(vi), to);
+        return edpChunk(vi, to.dim2);
+    }
+    if (from.st == St::EpShard && to.st == St::Rep) return from.dim2 >= 0 ? convertLane(edpGather(vi), to) : epGather(vi);
+    if (from.st == St::EpPartial && to.st == St::Rep) return epGather(epReduce(vi, AxisState::epShard(from.dim)));
+    if (from.st == St::Rep && to.st == St::EpShard) return to.dim2 >= 0 ? edpChunk(epChunk(vi, to.dim), to.dim2) : epChunk(vi, to.dim);
+    if (from.st == St::EpSum && to.st == St::Rep) return epAllReduce(vi);
     if (from.st == St::Partial && to.st == St::Rep) return laneReduce(vi);
     if (from.st == St::Partial && to.st == St::DpShard)
         return C.zero >= 2 ? laneReduce(vi, to) : dpChunk(laneReduce(vi), to.dim);  // ZeRO-1 all-reduces, then takes its part
@@ -246,6 +276,17 @@ int Parallelizer::convertLane(int vi, AxisState to) {
     if (from.st == St::DpShard && to.st == St::DpShard) return dpChunk(dpGather(vi), to.dim);
     throw std::logic_error("generator: " + lt(versions[static_cast<std::size_t>(vi)].logical).name +
                            " would have to change how the batch is split");
+}
+
+int Parallelizer::expertZeroDim(int t) const {
+    const int edp = C.dp / C.ep;
+    if (C.zero == 0 || edp < 2) return -1;
+    const auto& s = lt(t).shape;
+    const auto& pl = M.placement[static_cast<std::size_t>(t)];
+    const int td = tpAxis() ? pl.tpShardDim : -1;
+    for (std::size_t d = 0; d < s.size(); ++d)
+        if (static_cast<int>(d) != td && static_cast<int>(d) != pl.expertDim && s[d] % edp == 0) return static_cast<int>(d);
+    return -1;
 }
 
 int Parallelizer::zeroDim(int t) const {

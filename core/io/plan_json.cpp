@@ -138,7 +138,7 @@ void Reader::readReplicas(const json& par) {
         fail("/parallel/replicas", "\"replicas\" needs \"version\": 2");
         return;
     }
-    rejectUnknownKeys(*r, "/parallel/replicas", {"axis", "microbatches"}, "replicas");
+    rejectUnknownKeys(*r, "/parallel/replicas", {"axis", "microbatches", "listed"}, "replicas");
     auto* axis = stringMember(*r, "axis", "/parallel/replicas");
     if (!axis) return;
     if (axis->get<std::string>() != "dp") {
@@ -157,7 +157,17 @@ void Reader::readReplicas(const json& par) {
         fail("/parallel/replicas/microbatches", "microbatches stored once need a plan with 2 or more \"microbatches\"");
         return;
     }
-    const auto D = plan_->mesh.at(Axis::DP);
+    const auto dpRanks = plan_->mesh.at(Axis::DP);
+    // "listed": the stored group is the first `listed` data-parallel ranks (one expert-parallel
+    // group, whose members hold different experts), and it repeats dp / listed times.
+    std::int64_t listed = 1;
+    if (r->contains("listed") && !intMember(*r, "listed", "/parallel/replicas", listed, true, 1, 1 << 20)) return;
+    if (dpRanks % listed != 0) {
+        fail("/parallel/replicas/listed", "\"listed\" " + std::to_string(listed) + " does not divide dp " + std::to_string(dpRanks) +
+                                              " (the stored group of data-parallel ranks repeats dp / listed times)");
+        return;
+    }
+    const auto D = static_cast<std::int32_t>(dpRanks / listed);
     if (D < 2 && !microbatches) {
         fail("/parallel/replicas", "replicas need a mesh with dp of 2 or more (or microbatches stored once)");
         return;
@@ -171,19 +181,20 @@ void Reader::readReplicas(const json& par) {
         return;
     }
     const auto n = static_cast<std::int32_t>(plan_->ranks.size());
-    if (n < D || n % D != 0) {
-        fail("/parallel/ranks", "with replicas, the " + std::to_string(n) + " ranks must be dp (" + std::to_string(D) +
+    if (n < dpRanks || n % dpRanks != 0) {
+        fail("/parallel/ranks", "with replicas, the " + std::to_string(n) + " ranks must be dp (" + std::to_string(dpRanks) +
                                     ") replicas of equally many ranks");
         return;
     }
     const auto S = n / D;
+    const auto perDpRank = n / dpRanks;
     for (std::int32_t rk = 0; rk < n; ++rk)
-        if (plan_->ranks[static_cast<std::size_t>(rk)].at(Axis::DP) != rk / S) {
+        if (plan_->ranks[static_cast<std::size_t>(rk)].at(Axis::DP) != rk / perDpRank) {
             fail("/parallel/ranks/" + std::to_string(rk), "with replicas, dp must be the outermost rank coordinate: rank " +
-                                                              std::to_string(rk) + " should have dp=" + std::to_string(rk / S));
+                                                              std::to_string(rk) + " should have dp=" + std::to_string(rk / perDpRank));
             return;
         }
-    plan_->replication = Replication{D, S, microbatches ? plan_->microbatches : 1};
+    plan_->replication = Replication{D, S, microbatches ? plan_->microbatches : 1, static_cast<std::int32_t>(listed)};
 }
 
 void Reader::readMesh(const json& par) {

@@ -12,6 +12,16 @@
 
 namespace tv::plan_json_detail {
 
+namespace {
+/// A chunk indexed by replica: `parts` the stored groups (`degree`), listed with index 0 (group k
+/// takes part k); or, with a group of several dp ranks listed, `parts` the dp ranks and the index
+/// of its listed dp rank (group k's copy takes index + k * listed).
+bool chunkByReplicaOk(std::int64_t parts, std::int64_t index, std::int64_t degree, std::int64_t listed) {
+    if (parts == degree && index == 0) return true;
+    return listed > 1 && parts == degree * listed && index >= 0 && index < listed;
+}
+}  // namespace
+
 void Reader::readGraph(const json& obj, const std::string& base, Graph& g, bool parallel) {
     auto* tensors = arrayMember(obj, "tensors", base);
     auto* ops = arrayMember(obj, "ops", base);
@@ -275,10 +285,13 @@ void Reader::readGraph(const json& obj, const std::string& base, Graph& g, bool 
                         ;
                     else if (!plan_->replication.active() || spec.name != "chunk")
                         fail(path + "/index_from_replica", who + ": index_from_replica is for chunk ops in a plan stored with replicas");
-                    else if (!attrs.contains("parts") || !attrs["parts"].is_number_integer() || attrs["parts"].get<std::int64_t>() != D ||
-                             !attrs.contains("index") || !attrs["index"].is_number_integer() || attrs["index"].get<std::int64_t>() != 0)
+                    else if (!attrs.contains("parts") || !attrs["parts"].is_number_integer() || !attrs.contains("index") ||
+                             !attrs["index"].is_number_integer() || !chunkByReplicaOk(attrs["parts"].get<std::int64_t>(), attrs["index"].get<std::int64_t>(), D, plan_->replication.listedDp))
                         fail(path + "/index_from_replica", who + ": a chunk indexed by replica has parts " + std::to_string(D) +
-                                                               " (the replicas) and is listed with index 0");
+                                                               " (the replicas) and is listed with index 0" +
+                                                               (plan_->replication.listedDp > 1 ? ", or parts dp (" + std::to_string(D * plan_->replication.listedDp) +
+                                                                                                      ") and the listed dp rank's index"
+                                                                                                : std::string()));
                     else
                         info.indexFromReplica = true;
                 }

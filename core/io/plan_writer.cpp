@@ -83,6 +83,7 @@ json writePlanJson(const Plan& p, bool findRepeats) {
     if (p.replication.active()) {
         par["replicas"] = json{{"axis", "dp"}};
         if (p.replication.microbatches > 1) par["replicas"]["microbatches"] = true;
+        if (p.replication.listedDp > 1) par["replicas"]["listed"] = p.replication.listedDp;
     }
     doc["parallel"] = std::move(par);
     json lin = json::array();

@@ -213,6 +213,10 @@ struct Replication {
     /// every microbatch (lane m of replica k holds batch part k * microbatches + m); those with no
     /// microbatch are the replica's own (weights, accumulated gradients, optimizer state).
     std::int32_t microbatches = 1;
+    /// Data-parallel ranks in the stored group (1: one replica). Above 1 the stored program is the
+    /// first `listedDp` dp ranks (an expert-parallel group, whose members hold different experts
+    /// and exchange tokens); `degree` counts the groups and `ranksPerReplica` a group's ranks.
+    std::int32_t listedDp = 1;
     bool active() const { return degree > 1 || microbatches > 1; }
     /// Instances of an op or tensor with this microbatch field once written out.
     std::int32_t instances(std::int32_t microbatch) const { return degree * (microbatches > 1 && microbatch >= 0 ? microbatches : 1); }

@@ -346,8 +346,11 @@ Plan writeOutReplicas(const Plan& plan, const std::vector<bool>* opMask, const s
             auto info = o;
             const std::int32_t k = i / perReplica(o.microbatch);
             if (o.indexFromReplica) {
+                // Group k takes part k; with several dp ranks listed, each listed rank's part shifts
+                // by the listed ranks per group (plan-format.md §7).
                 auto a = plan.attrs[o.attrs];
-                a["index"] = k;
+                const auto parts = a.value("parts", std::int64_t{0});
+                a["index"] = a.value("index", std::int64_t{0}) + static_cast<std::int64_t>(k) * (parts / rep.degree);
                 info.attrs = out.internAttrs(a);
             }
             info.rank = instanceRank(o.rank, o.microbatch, i);
