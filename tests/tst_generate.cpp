@@ -264,7 +264,7 @@ private slots:
         QTest::addColumn<Options>("options");
         QTest::newRow("llama3 4 layers dp2 tp2 pp2 nm2") << with(small("llama3"), [](Options& o) { o.layers = 4; o.dp = 2; o.tp = 2; o.pp = 2; o.microbatches = 2; });
         QTest::newRow("gpt2 4 layers tp2 pp2 nm2") << with(small("gpt2"), [](Options& o) { o.layers = 4; o.tp = 2; o.pp = 2; o.microbatches = 2; });
-        QTest::newRow("deepseek 4 layers tp2 ep2 pp2 sp") << with(small("deepseek"), [](Options& o) { o.layers = 4; o.tp = 2; o.ep = 2; o.pp = 2; o.sequenceParallel = true; });
+        QTest::newRow("deepseek 6 layers tp2 ep2 pp2 sp") << with(small("deepseek"), [](Options& o) { o.layers = 6; o.tp = 2; o.ep = 2; o.pp = 2; o.sequenceParallel = true; });
         QTest::newRow("llama3 4 layers tp2 cp2 pp2 zero1 dp2") << with(small("llama3"), [](Options& o) { o.layers = 4; o.tp = 2; o.cp = 2; o.pp = 2; o.dp = 2; o.zero = 1; });
         QTest::newRow("llama3-8b 8 layers tp2 pp4 nm4") << with(small("llama3-8b"), [](Options& o) { o.layers = 8; o.tp = 2; o.pp = 4; o.microbatches = 4; });
     }
@@ -387,7 +387,7 @@ private slots:
             }
             if (op["op"] == "all_gather") ++gathered;
         }
-        QCOMPARE(dispatch, 1);  // the one MoE layer (the first is dense)
+        QCOMPARE(dispatch, 2);  // the one MoE layer (the first is dense) and the multi-token prediction block
         QCOMPARE(gathered, 0);
         auto res = readPlanJson(doc);
         QVERIFY(res.ok());
@@ -423,11 +423,12 @@ private slots:
             }
             if (id.find("ep_all_gather") != std::string::npos) ++expertGathers;
         }
-        QCOMPARE(dispatch, 2);  // the tokens, and the gradient of the experts' output (one MoE layer)
-        QCOMPARE(combine, 2);   // the experts' output, and the gradient of the tokens
-        QCOMPARE(expertReducers, 2 * 3 * 2);  // w1, w3, w2: each listed rank's, before and after clipping
+        // Two MoE blocks: layer 1 (layer 0 is dense) and the multi-token prediction module's.
+        QCOMPARE(dispatch, 2 * 2);  // the tokens, and the gradient of the experts' output
+        QCOMPARE(combine, 2 * 2);   // the experts' output, and the gradient of the tokens
+        QCOMPARE(expertReducers, 2 * 3 * 2 * 2);  // w1, w3, w2: each listed rank's, before and after clipping
         QVERIFY(denseReducers > 0);
-        QCOMPARE(normReductions, 3);
+        QCOMPARE(normReductions, 3 * 2);
         QCOMPARE(expertGathers, 0);  // the experts are never gathered
         // Each listed replica holds its half of the experts; the stored groups hold copies.
         bool found = false;
@@ -463,7 +464,7 @@ private slots:
                 QVERIFY2(by.rfind("add ", 0) == 0 && by.find("e_score_correction_bias") != std::string::npos, by.c_str());
                 ++routes;
             }
-        QCOMPARE(routes, 1);  // one MoE layer
+        QCOMPARE(routes, 2);  // one MoE layer, and the multi-token prediction block
         // The mutation: the parallel routing reads the unbiased scores.
         std::string mutated;
         for (auto& op : doc["parallel"]["ops"]) {

@@ -268,7 +268,7 @@ private slots:
         QFETCH(QString, problem);
         const auto bundled = loadLessons(TV_SOURCE_DIR "/resources/lessons");
         QVERIFY(bundled.ok());
-        QCOMPARE(bundled.lessons.size(), std::size_t(6));
+        QCOMPARE(bundled.lessons.size(), std::size_t(7));
         for (const auto& l : bundled.lessons) QVERIFY(!l.explanation.empty() && !l.correct.empty() && !l.buggy.empty());
         QTemporaryDir dir;
         std::ofstream(dir.filePath("c.json").toStdString()) << "{}";

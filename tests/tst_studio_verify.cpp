@@ -553,7 +553,7 @@ private slots:
         QTest::addColumn<bool>("buggy");
         const auto list = loadLessons(TV_SOURCE_DIR "/resources/lessons");
         QVERIFY2(list.ok(), list.problems.empty() ? "" : list.problems.front().toString().c_str());
-        QCOMPARE(list.lessons.size(), std::size_t(6));
+        QCOMPARE(list.lessons.size(), std::size_t(7));
         for (const auto& l : list.lessons) {
             QTest::newRow((l.id + " buggy").c_str()) << QString::fromStdString(l.id) << true;
             QTest::newRow((l.id + " correct").c_str()) << QString::fromStdString(l.id) << false;
@@ -563,7 +563,7 @@ private slots:
         QFETCH(QString, id);
         QFETCH(bool, buggy);
         MainWindow w;
-        QCOMPARE(w.lessons().size(), std::size_t(6));
+        QCOMPARE(w.lessons().size(), std::size_t(7));
         const Lesson* lesson = nullptr;
         for (const auto& l : w.lessons())
             if (QString::fromStdString(l.id) == id) lesson = &l;

@@ -98,6 +98,18 @@ mutant "$ex/mlp-dp2-zero1.json" zero-shard-wrong-grad \
   "$out/mlp-dp2-zero1-zero-shard-wrong-grad.json" \
   "bw.layers.0.fc1.matmul.2.dp_chunk@r0~dp1" 1
 
+# 7. expert-data-parallel: the small DeepSeek over four replicas, its routed experts split over
+#    expert-parallel groups of two (replicas 0-1 and 2-3: each holds half of the experts; tokens
+#    dispatched and combined by all-to-all), each expert's gradient averaged over the two replicas
+#    that hold it (0 with 2, 1 with 3). Written out (format 1) so that every rank is drawn. The
+#    twin's reducers of layers.1's w1 gradient trade a member: replica 0's averages with replica 1,
+#    which holds the other experts.
+"$tv" generate --model deepseek --layers 2 --hidden 32 --heads 4 --kv-heads 4 --ffn 32 \
+  --vocab 32 --seq 4 --dp 4 --ep 2 --format 1 -o "$out/deepseek-l2-dp4-ep2.json" >/dev/null
+mutant "$out/deepseek-l2-dp4-ep2.json" ep-grad-wrong-group \
+  "$out/deepseek-l2-dp4-ep2-ep-grad-wrong-group.json" \
+  "bw.layers.1.moe.experts.w1.matmul.2.edp_allreduce@r0" 0
+
 # Verify every plan and compare with its expect block (verdict; failure kind, op and rank).
 files=(
   ../examples/mlp-tp2.json ../examples/mlp-tp2-missing-allreduce.json
@@ -106,6 +118,7 @@ files=(
   ../examples/llama3-tp2-sp.json llama3-tp2-sp-norm-grad-not-reduced.json
   deepseek-l2-tp2-ep2-sp.json deepseek-l2-tp2-ep2-sp-all-to-all-wrong-order.json
   ../examples/mlp-dp2-zero1.json mlp-dp2-zero1-zero-shard-wrong-grad.json
+  deepseek-l2-dp4-ep2.json deepseek-l2-dp4-ep2-ep-grad-wrong-group.json
 )
 status=0
 for f in "${files[@]}"; do
