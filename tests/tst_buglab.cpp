@@ -103,6 +103,8 @@ std::set<std::string> allExcept(const std::string& s) {
 
 /// The expert-parallel entries: they apply only to plans with experts split over data-parallel replicas.
 const std::string kExpertEntries = "ep-grad-scaled-twice ep-grad-not-scaled ep-grad-norm-omits-experts ep-grad-wrong-group";
+/// Plans without an auxiliary loss term (DeepSeek's) have no site for this one.
+const std::string kAuxLossEntry = "aux-loss-scaled-by-tp";
 
 class TestBugLab : public QObject {
     Q_OBJECT
@@ -125,12 +127,12 @@ private slots:
         };
         // The paper's configuration in miniature (dp2 tp2 pp2 nm2), stored with repeats (format 3).
         generated("llama-dp2-tp2-pp2-nm2", llama(2, 2, 2, 2, 2),
-                  allExcept("cp-loss-overscaled ep-allgather-wrong-group all-to-all-wrong-order zero-shard-wrong-grad " + kExpertEntries));
+                  allExcept("cp-loss-overscaled ep-allgather-wrong-group all-to-all-wrong-order zero-shard-wrong-grad " + kExpertEntries + " " + kAuxLossEntry));
         auto sp = llama(2, 1, 2, 2, 2);
         sp.sequenceParallel = true;
         generated("llama-tp2-pp2-nm2-sp", sp,
                   allExcept("dp-grad-not-averaged dp-grad-averaged-twice cp-loss-overscaled ep-allgather-wrong-group "
-                            "all-to-all-wrong-order zero-shard-wrong-grad " + kExpertEntries));
+                            "all-to-all-wrong-order zero-shard-wrong-grad " + kExpertEntries + " " + kAuxLossEntry));
         auto cp = llama(1, 1, 1, 1, 1);
         cp.cp = 2;
         generated("llama-cp2", cp,
@@ -146,8 +148,8 @@ private slots:
         generated("llama-dp2-zero2", z2,
                   words("norm-eps-one-rank norm-square-as-identity bwd-grad-sum-duplicated rope-bwd-halves-swapped attn-scale-one-rank "
                         "zero-shard-wrong-grad"));
-        generated("deepseek-tp2-ep2-sp", deepseek(1, true), words("all-to-all-wrong-order"), false);
-        generated("deepseek-dp2-tp2-ep2", deepseek(2, false), words("ep-allgather-wrong-group"), false);
+        generated("deepseek-tp2-ep2-sp", deepseek(1, true), words("all-to-all-wrong-order aux-loss-scaled-by-tp"), false);
+        generated("deepseek-dp2-tp2-ep2", deepseek(2, false), words("ep-allgather-wrong-group aux-loss-scaled-by-tp"), false);
         // Expert parallelism over the data-parallel replicas (Megatron-Core's and DeepSeek's
         // layout): two expert-parallel groups of two replicas, the gradients clipped to a global
         // norm. Every entry runs on it: the expert entries apply, and so do the dispatch's

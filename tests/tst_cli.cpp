@@ -682,11 +682,11 @@ private slots:
         auto list = trainverify({"mutate", "--list"});
         QCOMPARE(list.exitCode, 0);
         const auto lines = list.out.trimmed().split('\n');
-        QCOMPARE(lines.size(), 26);
+        QCOMPARE(lines.size(), 31);
         QCOMPARE(list.out.count("[paper #"), 14);
         QVERIFY2(list.out.contains("tp-allreduce-identity") && list.out.contains("vocab-ce-max-not-reduced"), qPrintable(list.out));
         auto listJson = QJsonDocument::fromJson(trainverify({"mutate", "--list", "--json", "-"}).out.toUtf8()).array();
-        QCOMPARE(listJson.size(), 26);
+        QCOMPARE(listJson.size(), 31);
         QCOMPARE(listJson[0].toObject()["paper_case"].toInt(), 1);
 
         QTemporaryDir tmp;

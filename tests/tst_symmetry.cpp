@@ -2,6 +2,7 @@
 // where that is sound, and the verdict and diagnosis match verifying the plan written out.
 #include <QtTest>
 
+#include <algorithm>
 #include <functional>
 
 #include "generate/generator.hpp"
@@ -164,6 +165,67 @@ private slots:
         QCOMPARE(stored(asStored.failure->parallelOp), stored(writtenOut.failure->parallelOp));
         QVERIFY2(QString::fromStdString(asStored.failure->parallelOp).contains(failingOp), asStored.failure->parallelOp.c_str());
         QCOMPARE(QString::fromStdString(asStored.failure->tensor), QString::fromStdString(writtenOut.failure->tensor));
+        const auto S = plan->replication.ranksPerReplica;
+        QCOMPARE(asStored.failure->rank % S, writtenOut.failure->rank % S);
+    }
+
+    // Expert parallelism over the replicas, stored as one expert-parallel group of two replicas
+    // (plan-format.md §7, "listed"), the group repeated twice: checked as stored and written out,
+    // the verdicts and the failing stored op agree, correct and mutated in each kind of op the
+    // group's members do not share (their experts, the dispatch between them, the reducers over
+    // the replicas holding the same experts, the ZeRO parts indexed by replica).
+    void expertGroupStoredMatchesWrittenOut_data() {
+        QTest::addColumn<Mutation>("mutate");
+        QTest::addColumn<QString>("failingOp");  // empty: equivalent
+        auto row = [](const char* name, Mutation m, const char* op) { QTest::newRow(name) << m << QString(op); };
+        row("correct", [](json&) {}, "");
+        row("second member's experts", [](json& d) { opNamed(d, "layers.1.moe.experts.silu@r1")["op"] = "relu"; }, "layers.1.moe.experts.silu@r1");
+        row("dispatch to the wrong member", [](json& d) {
+                auto& op = opNamed(d, "layers.1.moe.to_experts.ep_dispatch@r0");
+                for (const char* key : {"group", "inputs", "outputs"}) std::reverse(op[key].begin(), op[key].end());
+            }, "layers.1.moe.to_experts.ep_dispatch@r0");
+        row("expert gradient summed over its replicas", [](json& d) {
+                opNamed(d, "bw.layers.1.moe.experts.w1.matmul.2.edp_allreduce@r1")["attrs"]["reduce"] = "sum";
+            }, "bw.layers.1.moe.experts.w1.matmul.2.edp_allreduce@r1");
+        row("every group updates the ZeRO parts of group 0", [](json& d) {
+                for (auto& op : d["parallel"]["ops"]) op.erase("index_from_replica");
+            }, "~dp1");
+    }
+    void expertGroupStoredMatchesWrittenOut() {
+        QFETCH(Mutation, mutate);
+        QFETCH(QString, failingOp);
+        gen::GenerateOptions o;
+        o.model = "deepseek";
+        o.layers = 2;
+        o.hidden = 32;
+        o.heads = o.kvHeads = 4;
+        o.ffn = o.vocab = 32;
+        o.seq = 4;
+        o.dp = 4;
+        o.ep = 2;
+        o.microbatches = 2;
+        o.zero = 1;
+        o.format = 2;
+        auto doc = gen::generatePlan(o);
+        mutate(doc);
+        auto plan = read(doc);
+        QVERIFY(plan);
+        QCOMPARE(plan->replication.listedDp, 2);
+        QCOMPARE(plan->replication.degree, 2);
+        VerifyOptions opts;
+        opts.jobs = 2;
+        const auto asStored = verifyPlan(*plan, opts);
+        const auto writtenOut = verifyPlan(expandReplicas(*plan), opts);
+        QCOMPARE(static_cast<int>(asStored.verdict), static_cast<int>(writtenOut.verdict));
+        if (failingOp.isEmpty()) {
+            QVERIFY2(asStored.verdict == Verdict::Equivalent, reportToText(asStored).c_str());
+            return;
+        }
+        QVERIFY(asStored.verdict == Verdict::NotEquivalent);
+        QVERIFY(asStored.failure && writtenOut.failure);
+        auto stored = [](const std::string& name) { return QString::fromStdString(name.substr(0, name.find('~'))); };
+        QCOMPARE(stored(asStored.failure->parallelOp), stored(writtenOut.failure->parallelOp));
+        QVERIFY2(QString::fromStdString(asStored.failure->parallelOp).contains(failingOp), asStored.failure->parallelOp.c_str());
         const auto S = plan->replication.ranksPerReplica;
         QCOMPARE(asStored.failure->rank % S, writtenOut.failure->rank % S);
     }

@@ -93,6 +93,7 @@ constexpr std::string_view kOrder[] = {
     "ep-grad-not-scaled",
     "ep-grad-norm-omits-experts",
     "ep-grad-wrong-group",
+    "aux-loss-scaled-by-tp",
 };
 
 const std::vector<Entry>& entries() {

@@ -4,6 +4,7 @@
 // scaled by the context-parallel degree. Each entry's site finder and edit, then the rows
 // (bug_catalog.cpp puts them in the catalog's order).
 #include "bugs/catalog_detail.hpp"
+#include "model/rational.hpp"
 
 #include <algorithm>
 #include <initializer_list>
@@ -162,6 +163,41 @@ std::string wrongScale(Editor& e, const Site& s) {
            (s.ops.size() > 1 ? " and its tensor-parallel peers" : "") + " (ranks " + joinRanks(s.ranks) + ")";
 }
 
+/// A loss term's weight on every tensor-parallel rank: the forward mul_scalar peers that scale a
+/// scalar into another logical tensor (not a rescaling of the same one), such as the MoE balance
+/// loss's alpha or the multi-token prediction loss's weight.
+std::vector<Site> lossWeightPeers(const View& v) {
+    std::vector<Site> out;
+    auto logicalOf = [&](TensorId t) {
+        const auto& w = v.where(t);
+        return w.record >= 0 ? static_cast<std::int64_t>(v.p.lineage[static_cast<std::size_t>(w.record)].logical) : std::int64_t{-1};
+    };
+    for (auto& s : peerSets(v, {"mul_scalar"}, Phase::Forward)) {
+        const auto o = v.find(s.ops[0]);
+        const auto in = v.g.inputs(o)[0], res = v.g.outputs(o)[0];
+        if (!v.shape(res).empty()) continue;
+        const auto a = logicalOf(in), b = logicalOf(res);
+        if (a >= 0 && b >= 0 && a != b) out.push_back(std::move(s));
+    }
+    prefer(out, "balance");
+    return out;
+}
+
+std::string lossWeightTimesTp(Editor& e, const Site& s) {
+    const auto tp = static_cast<std::int64_t>(s.ops.size());
+    std::string was;
+    for (const auto& name : s.ops) {
+        auto o = e.v.find(name);
+        auto& a = e.op(o)["attrs"];
+        const auto value = Rational::parse(a["value"].is_string() ? a["value"].get<std::string>() : a["value"].dump());
+        was = value ? value->toString() : a["value"].dump();
+        if (value) a["value"] = (*value * Rational(tp)).toString();
+        e.edited(o);
+    }
+    return "the loss term's weight " + was + " became " + was + " x " + std::to_string(tp) + " in " + s.ops[0] +
+           " and its tensor-parallel peers (ranks " + joinRanks(s.ranks) + "): the term summed over the ranks that each computed it";
+}
+
 /// The initial record of the loss's gradient seed: a scalar logical gradient no op produces.
 std::int32_t lossSeedRecord(const View& v) {
     for (std::size_t r = 0; r < v.p.lineage.size(); ++r) {
@@ -227,6 +263,10 @@ void appendComputationEntries(std::vector<Entry>& out) {
          Form::Stored, {FK::Counterexample}, lacksNothing, "no div_sqrt (attention score scale)", scales, wrongScale},
         {{"attn-scale-all-tp-ranks", Category::Scaling, "a wrong scaling constant on every tensor-parallel rank of one attention", 13, "tensor parallelism and attention"},
          Form::Stored, {FK::Counterexample}, needsTp, "no attention score scale computed on several tensor-parallel ranks", scalePeers, wrongScale},
+        {{"aux-loss-scaled-by-tp", Category::Scaling, "the MoE auxiliary (balance) loss scaled by the tensor-parallel size: each rank's copy summed, not one counted", 0,
+          "tensor parallelism and an auxiliary loss term (DeepSeek's balance or multi-token prediction loss)"},
+         Form::Stored, {FK::Counterexample}, needsTp, "no weighted loss term computed on several tensor-parallel ranks (generate deepseek with --tp 2)",
+         lossWeightPeers, lossWeightTimesTp},
         {{"cp-loss-overscaled", Category::Scaling, "Megatron-LM with --calculate-per-token-loss: the loss scaled by the context-parallel degree (paper, appendix B)", 0, "context parallelism"},
          Form::Stored, {FK::Counterexample}, needsCp, "no initial record of the loss's gradient (a scalar gradient no op produces)", lossSeedReaders, overscaleLoss},
     };

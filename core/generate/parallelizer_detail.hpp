@@ -13,6 +13,8 @@
 //                              (linearity, the candidates and their costs) and its local ops
 //   vocab_parallel_loss.cpp    Megatron's vocab-parallel cross-entropy, forward and backward
 //   ring_attention.cpp         ring attention: finding the attention cores, forward and backward
+//   expert_parallel.cpp        expert parallelism over the replicas: the dispatch and combine
+//                              all-to-alls, the expert gradients' reduction, ZeRO per group
 //   parallelizer_lineage.cpp   the lineage records and the plan's logical member
 #pragma once
 
