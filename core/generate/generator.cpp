@@ -197,7 +197,10 @@ json generatePlan(const GenerateOptions& o) {
     if (c.family == "deepseek")
         desc << ", " << c.heads << " heads with MLA (q rank " << c.qLoraRank << ", kv rank " << c.kvLoraRank << "), " << c.experts
              << " routed experts (top " << c.topk << ", " << c.scoreFunc << " gate) and " << c.sharedExperts << " shared after "
-             << c.denseLayers << " dense layer(s), seq " << c.seq;
+             << c.denseLayers << " dense layer(s)"
+             << (c.auxLossAlpha.empty() ? std::string() : ", the sequence-wise balance loss (alpha " + c.auxLossAlpha + ")")
+             << (c.mtpDepth > 0 ? ", multi-token prediction (depth " + std::to_string(c.mtpDepth) + ", loss weight " + c.mtpWeight + ")" : std::string())
+             << ", seq " << c.seq;
     else if (c.family != "mlp")
         desc << ", " << c.heads << " heads, " << c.kvHeads << " kv heads, seq " << c.seq;
     desc << ", ffn " << c.ffn << ", vocab " << c.vocab

@@ -36,7 +36,11 @@ WrittenOutCounts writtenOutCounts(const Plan& plan) {
 
 std::string storedOnce(const Replication& r) {
     std::string s;
-    if (r.degree > 1) s = "one replica of " + std::to_string(r.degree);
+    if (r.listedDp > 1)
+        s = "one group of " + std::to_string(r.listedDp) + " replicas of " + std::to_string(r.degree * r.listedDp) +
+            (r.degree > 1 ? " (" + std::to_string(r.degree) + " groups)" : std::string());
+    else if (r.degree > 1)
+        s = "one replica of " + std::to_string(r.degree);
     if (r.microbatches > 1) s += (s.empty() ? "" : ", ") + std::string("microbatch 0 of ") + std::to_string(r.microbatches);
     return s;
 }

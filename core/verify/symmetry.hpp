@@ -39,7 +39,8 @@ struct WrittenOutCounts {
 };
 WrittenOutCounts writtenOutCounts(const Plan& plan);
 
-/// "one replica of 16, microbatch 0 of 32" (what a plan stored with replicas lists).
+/// "one replica of 16, microbatch 0 of 32" (what a plan stored with replicas lists; "one group of
+/// 8 replicas of 16 (2 groups)" when it lists a group).
 std::string storedOnce(const Replication& r);
 
 /// A logical tensor of a stage replica 0 proves alone that is split across the lanes: along
