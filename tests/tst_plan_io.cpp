@@ -161,6 +161,12 @@ private slots:
         row("unknown replica mode", rp, [](json& j) { j["lineage"][1]["replicas"] = "twice"; }, "/lineage/1/replicas", "replicas must be");
         row("split along a missing dim", rp, [](json& j) { j["lineage"][0]["replicas"] = json{{"split_dim", 5}}; }, "/lineage/0/replicas/split_dim", "not a dim");
         row("split slices cover every replica", rp, [](json& j) { j["lineage"][1]["replicas"] = json{{"split_dim", 0}}; }, "/lineage/1/slices/1/box/0", "out of bounds for dim 0 of size 16");
+        // A group of dp ranks listed (expert parallelism over the replicas).
+        row("listed not dividing dp", rp, [](json& j) { j["parallel"]["replicas"]["listed"] = 3; }, "/parallel/replicas/listed", "does not divide dp 2");
+        row("listed zero", rp, [](json& j) { j["parallel"]["replicas"]["listed"] = 0; }, "/parallel/replicas/listed", "must be in [1,");
+        row("listed not an integer", rp, [](json& j) { j["parallel"]["replicas"]["listed"] = "2"; }, "/parallel/replicas/listed", "an integer");
+        row("listed past dp", rp, [](json& j) { j["parallel"]["replicas"]["listed"] = 4; }, "/parallel/replicas/listed", "does not divide dp 2");
+        row("listed every dp rank", rp, [](json& j) { j["parallel"]["replicas"]["listed"] = 2; }, "/parallel/replicas", "one group stores nothing once");
         row("across replicas on a local op", rp, [](json& j) { j["parallel"]["ops"][0]["across_replicas"] = true; }, "/parallel/ops/0/across_replicas", "only collectives");
         row("stored tensor on replica 1", rp, [](json& j) { j["parallel"]["tensors"][0]["rank"] = 2; }, "/parallel/tensors/0/rank", "must be in [0, 1]");
         const char* z1 = "mlp-dp2-zero1.json";

@@ -219,6 +219,7 @@ int inspectCommand(const Args& args) {
     };
     if (compact)
         j["stored"] = {{"replicas", p.replication.degree},
+                       {"listed_dp", p.replication.listedDp},
                        {"microbatches", p.replication.microbatches},
                        {"parallel_ops", p.parallel.ops.size()},
                        {"parallel_tensors", p.parallel.tensors.size()}};

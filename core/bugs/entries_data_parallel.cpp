@@ -33,7 +33,9 @@ std::string sumNotMean(Editor& e, const Site& s) {
 std::string averageAgain(Editor& e, const Site& s) {
     const auto& v = e.v;
     auto o = v.find(s.ops[0]);
-    const std::int32_t degree = v.g.ops[o].acrossReplicas ? v.p.replication.degree : static_cast<std::int32_t>(v.group(o).size());
+    // Across the stored replicas the full group is the listed members in every stored group.
+    const auto listedMembers = static_cast<std::int32_t>(v.group(o).size());
+    const std::int32_t degree = v.g.ops[o].acrossReplicas ? listedMembers * v.p.replication.degree : listedMembers;
     const auto outs = v.g.outputs(o);
     const auto& grp = v.group(o);
     for (std::size_t k = 0; k < outs.size(); ++k) {
@@ -56,7 +58,9 @@ std::string averageAgain(Editor& e, const Site& s) {
 std::vector<Site> zeroShards(const View& v) {
     std::vector<Site> out;
     for (OpId o = 0; o < v.g.ops.size(); ++o) {
-        if (v.g.ops[o].indexFromReplica) out.push_back(makeSite(v, {o}, "chunk taking its replica's part on rank " + std::to_string(v.g.ops[o].rank)));
+        // With one stored group (every dp rank listed) no copy's index changes: nothing to break.
+        if (v.g.ops[o].indexFromReplica && v.p.replication.degree > 1)
+            out.push_back(makeSite(v, {o}, "chunk taking its replica's part on rank " + std::to_string(v.g.ops[o].rank)));
         else if (v.kind(o) == "reduce_scatter" && v.dataParallelGroup(v.group(o))) out.push_back(makeSite(v, {o}));
     }
     std::stable_partition(out.begin(), out.end(), [&](const Site& s) {
@@ -72,6 +76,8 @@ std::string wrongShard(Editor& e, const Site& s) {
     if (e.v.g.ops[o].indexFromReplica) {
         j.erase("index_from_replica");
         e.edited(o);
+        if (e.v.p.replication.listedDp > 1)
+            return "the ZeRO shard " + s.ops[0] + " takes its listed rank's part in every stored group instead of its own group's part";
         return "the ZeRO shard " + s.ops[0] + " takes part 0 on every replica instead of its own replica's part";
     }
     for (const char* key : {"group", "inputs", "outputs"}) std::reverse(j[key].begin(), j[key].end());

@@ -14,31 +14,55 @@
 
 namespace tv::gen::detail {
 
+void Parallelizer::collectiveOverReplicas(const Version& src, const Version& dst, const std::vector<std::vector<int>>& groups, bool perLane,
+                                          const std::string& name, const std::string& kind, const json& attrs, const json& extra,
+                                          const std::function<std::string(int, int, int)>& input) {
+    const int lanesPer = perLane ? listedMb : 1;
+    for (const auto& members : groups)
+        for (int m = 0; m < lanesPer; ++m)
+            for (int g = 0; g < G(); ++g) {
+                std::vector<int> group;
+                std::vector<std::string> ins, outs;
+                for (int k2 : members) {
+                    group.push_back(rankOf(k2, src.stage, g));
+                    ins.push_back(input(k2, m, g));
+                    outs.push_back(dst.inst[static_cast<std::size_t>((k2 * lanesPer + m) * G() + g)]);
+                }
+                const int mb = perLane ? laneM(dst.pl, members[0] * lanesPer + m) : -1;
+                const auto suffix = perLane ? instanceSuffix(mb, group[0]) : "@r" + std::to_string(group[0]);
+                emitCollective(name + suffix, kind, group, mb, src.logical, ins, outs, attrs, extra);
+            }
+}
+
+/// The expert-parallel groups of the listed replicas, and the expert-data-parallel groups (one
+/// per expert part: the listed replicas holding it).
+std::vector<std::vector<int>> Parallelizer::epGroups() const {
+    std::vector<std::vector<int>> out;
+    for (int kk = 0; kk < listedDp; kk += C.ep) out.push_back(epGroupOf(kk));
+    return out;
+}
+std::vector<std::vector<int>> Parallelizer::edpGroups() const {
+    std::vector<std::vector<int>> out;
+    for (int kk = 0; kk < C.ep; ++kk) out.push_back(edpGroupOf(kk));
+    return out;
+}
+
+/// The version of vi in placement p if one exists (-1 otherwise).
+int Parallelizer::cached(const Version& src, const Placement& p) const {
+    auto it = cache.find(placementKey(src.logical, src.stage, p));
+    return it == cache.end() ? -1 : it->second;
+}
+
 int Parallelizer::epDispatch(int vi, AxisState to) {
     const Version src = versions[static_cast<std::size_t>(vi)];
     Placement p = src.pl;
     p.lane = to;
-    auto k = placementKey(src.logical, src.stage, p);
-    if (auto it = cache.find(k); it != cache.end()) return it->second;
-    const auto& name = lt(src.logical).name;
-    int nv = newVersion(src.logical, src.stage, p, name + ".dispatched");
-    const auto& dst = versions[static_cast<std::size_t>(nv)];
+    if (int c = cached(src, p); c >= 0) return c;
+    int nv = newVersion(src.logical, src.stage, p, lt(src.logical).name + ".dispatched");
     // Member j of a group receives part j (its experts) of every member's tokens, in member order.
-    for (int kk = 0; kk < listedDp; kk += C.ep)
-        for (int m = 0; m < listedMb; ++m)
-            for (int g = 0; g < G(); ++g) {
-                std::vector<int> group;
-                std::vector<std::string> ins, outs;
-                for (int k2 : epGroupOf(kk)) {
-                    group.push_back(rankOf(k2, src.stage, g));
-                    const auto i = static_cast<std::size_t>((k2 * listedMb + m) * G() + g);
-                    ins.push_back(src.inst[i]);
-                    outs.push_back(dst.inst[i]);
-                }
-                const int mb = laneM(p, kk * listedMb + m);
-                emitCollective(name + ".ep_dispatch" + instanceSuffix(mb, group[0]), "all_to_all", group, mb, src.logical, ins, outs,
-                               json{{"split_dim", to.dim}, {"concat_dim", to.dim2}});
-            }
+    collectiveOverReplicas(src, versions[static_cast<std::size_t>(nv)], epGroups(), true, lt(src.logical).name + ".ep_dispatch", "all_to_all",
+                           json{{"split_dim", to.dim}, {"concat_dim", to.dim2}}, json::object(),
+                           [&](int k2, int m, int g) { return src.inst[static_cast<std::size_t>((k2 * listedMb + m) * G() + g)]; });
     return nv;
 }
 
@@ -46,27 +70,12 @@ int Parallelizer::epCombine(int vi) {
     const Version src = versions[static_cast<std::size_t>(vi)];
     Placement p = src.pl;
     p.lane = AxisState::shard(src.pl.lane.dim2);
-    auto k = placementKey(src.logical, src.stage, p);
-    if (auto it = cache.find(k); it != cache.end()) return it->second;
-    const auto& name = lt(src.logical).name;
-    int nv = newVersion(src.logical, src.stage, p, name + ".combined");
-    const auto& dst = versions[static_cast<std::size_t>(nv)];
+    if (int c = cached(src, p); c >= 0) return c;
+    int nv = newVersion(src.logical, src.stage, p, lt(src.logical).name + ".combined");
     // Member i gets back its tokens (part i along the tokens) from every member's experts.
-    for (int kk = 0; kk < listedDp; kk += C.ep)
-        for (int m = 0; m < listedMb; ++m)
-            for (int g = 0; g < G(); ++g) {
-                std::vector<int> group;
-                std::vector<std::string> ins, outs;
-                for (int k2 : epGroupOf(kk)) {
-                    group.push_back(rankOf(k2, src.stage, g));
-                    const auto i = static_cast<std::size_t>((k2 * listedMb + m) * G() + g);
-                    ins.push_back(src.inst[i]);
-                    outs.push_back(dst.inst[i]);
-                }
-                const int mb = laneM(p, kk * listedMb + m);
-                emitCollective(name + ".ep_combine" + instanceSuffix(mb, group[0]), "all_to_all", group, mb, src.logical, ins, outs,
-                               json{{"split_dim", src.pl.lane.dim2}, {"concat_dim", src.pl.lane.dim}});
-            }
+    collectiveOverReplicas(src, versions[static_cast<std::size_t>(nv)], epGroups(), true, lt(src.logical).name + ".ep_combine", "all_to_all",
+                           json{{"split_dim", src.pl.lane.dim2}, {"concat_dim", src.pl.lane.dim}}, json::object(),
+                           [&](int k2, int m, int g) { return src.inst[static_cast<std::size_t>((k2 * listedMb + m) * G() + g)]; });
     return nv;
 }
 
@@ -76,50 +85,28 @@ int Parallelizer::epReduce(int vi, AxisState to) {
     Placement p = src.pl;
     p.lane = to;
     p.coeff = src.pl.coeff * Rational(edp);  // a mean over the expert-data-parallel replicas
-    auto k = placementKey(src.logical, src.stage, p);
-    if (auto it = cache.find(k); it != cache.end()) return it->second;
+    if (int c = cached(src, p); c >= 0) return c;
     const auto& name = lt(src.logical).name;
     if (edp == 1 && listedMb == 1 && !compactMicrobatches()) {
         // One lane per replica and no other replica holding its experts: each lane's part already
         // is the replica's (the partial record says so too), nothing to add.
-        cache[k] = vi;
+        cache[placementKey(src.logical, src.stage, p)] = vi;
         return vi;
     }
     Placement whole = p;
     whole.lane = AxisState::epShard(to.dim);
     const auto acc = accumulateMicrobatches(src, localShape(src.logical, whole));
-    if (edp == 1) {
-        // Each replica holds the only copy of its experts: the accumulated gradients are its part.
-        Version v;
-        v.logical = src.logical;
-        v.stage = src.stage;
-        v.pl = p;
-        for (int kk = 0; kk < listedDp; ++kk)
-            for (int g = 0; g < G(); ++g) v.inst.push_back(acc[static_cast<std::size_t>(kk)][static_cast<std::size_t>(g)]);
-        versions.push_back(std::move(v));
-        const int id = static_cast<int>(versions.size()) - 1;
-        cache[k] = id;
-        return id;
-    }
+    if (edp == 1) return adoptAccumulated(src, p, acc);  // each replica holds the only copy of its experts
     const bool scatter = to.dim2 >= 0;
     int nv = newVersion(src.logical, src.stage, p, name + (scatter ? ".edp_scattered" : ".edp_reduced"));
     const json extra = listedDp < C.dp ? json{{"across_replicas", true}} : json::object();
-    for (int kk = 0; kk < C.ep; ++kk)
-        for (int g = 0; g < G(); ++g) {
-            std::vector<int> group;
-            std::vector<std::string> ins, outs;
-            for (int k2 : edpGroupOf(kk)) {
-                group.push_back(rankOf(k2, src.stage, g));
-                ins.push_back(acc[static_cast<std::size_t>(k2)][static_cast<std::size_t>(g)]);
-                outs.push_back(versions[static_cast<std::size_t>(nv)].inst[static_cast<std::size_t>(k2 * G() + g)]);
-            }
-            if (scatter)
-                emitCollective(name + ".edp_reduce_scatter@r" + std::to_string(group[0]), "reduce_scatter", group, -1, src.logical, ins,
-                               outs, json{{"dim", to.dim2}, {"reduce", "mean"}}, extra);
-            else
-                emitCollective(name + ".edp_allreduce@r" + std::to_string(group[0]), "all_reduce", group, -1, src.logical, ins, outs,
-                               json{{"reduce", "mean"}}, extra);
-        }
+    auto accumulated = [&](int k2, int, int g) { return acc[static_cast<std::size_t>(k2)][static_cast<std::size_t>(g)]; };
+    if (scatter)
+        collectiveOverReplicas(src, versions[static_cast<std::size_t>(nv)], edpGroups(), false, name + ".edp_reduce_scatter", "reduce_scatter",
+                               json{{"dim", to.dim2}, {"reduce", "mean"}}, extra, accumulated);
+    else
+        collectiveOverReplicas(src, versions[static_cast<std::size_t>(nv)], edpGroups(), false, name + ".edp_allreduce", "all_reduce",
+                               json{{"reduce", "mean"}}, extra, accumulated);
     return nv;
 }
 
@@ -127,8 +114,7 @@ int Parallelizer::edpChunk(int vi, int dim) {
     const Version src = versions[static_cast<std::size_t>(vi)];
     Placement p = src.pl;
     p.lane = AxisState::epShard(src.pl.lane.dim, dim);
-    auto k = placementKey(src.logical, src.stage, p);
-    if (auto it = cache.find(k); it != cache.end()) return it->second;
+    if (int c = cached(src, p); c >= 0) return c;
     const auto& name = lt(src.logical).name;
     int nv = newVersion(src.logical, src.stage, p, name + ".edp_part");
     // Stored, the listed group takes part 0 and stored group u takes part u.
@@ -147,23 +133,11 @@ int Parallelizer::edpGather(int vi) {
     const Version src = versions[static_cast<std::size_t>(vi)];
     Placement p = src.pl;
     p.lane = AxisState::epShard(src.pl.lane.dim);
-    auto k = placementKey(src.logical, src.stage, p);
-    if (auto it = cache.find(k); it != cache.end()) return it->second;
-    const auto& name = lt(src.logical).name;
-    int nv = newVersion(src.logical, src.stage, p, name + ".edp_gathered");
-    const json extra = listedDp < C.dp ? json{{"across_replicas", true}} : json::object();
-    for (int kk = 0; kk < C.ep; ++kk)
-        for (int g = 0; g < G(); ++g) {
-            std::vector<int> group;
-            std::vector<std::string> ins, outs;
-            for (int k2 : edpGroupOf(kk)) {
-                group.push_back(rankOf(k2, src.stage, g));
-                ins.push_back(src.inst[static_cast<std::size_t>(k2 * G() + g)]);
-                outs.push_back(versions[static_cast<std::size_t>(nv)].inst[static_cast<std::size_t>(k2 * G() + g)]);
-            }
-            emitCollective(name + ".edp_all_gather@r" + std::to_string(group[0]), "all_gather", group, -1, src.logical, ins, outs,
-                           json{{"dim", src.pl.lane.dim2}}, extra);
-        }
+    if (int c = cached(src, p); c >= 0) return c;
+    int nv = newVersion(src.logical, src.stage, p, lt(src.logical).name + ".edp_gathered");
+    collectiveOverReplicas(src, versions[static_cast<std::size_t>(nv)], edpGroups(), false, lt(src.logical).name + ".edp_all_gather", "all_gather",
+                           json{{"dim", src.pl.lane.dim2}}, listedDp < C.dp ? json{{"across_replicas", true}} : json::object(),
+                           [&](int k2, int, int g) { return src.inst[static_cast<std::size_t>(k2 * G() + g)]; });
     return nv;
 }
 
@@ -171,22 +145,11 @@ int Parallelizer::epGather(int vi) {
     const Version src = versions[static_cast<std::size_t>(vi)];
     Placement p = src.pl;
     p.lane = AxisState::rep();
-    auto k = placementKey(src.logical, src.stage, p);
-    if (auto it = cache.find(k); it != cache.end()) return it->second;
-    const auto& name = lt(src.logical).name;
-    int nv = newVersion(src.logical, src.stage, p, name + ".ep_gathered");
-    for (int kk = 0; kk < listedDp; kk += C.ep)
-        for (int g = 0; g < G(); ++g) {
-            std::vector<int> group;
-            std::vector<std::string> ins, outs;
-            for (int k2 : epGroupOf(kk)) {
-                group.push_back(rankOf(k2, src.stage, g));
-                ins.push_back(src.inst[static_cast<std::size_t>(k2 * G() + g)]);
-                outs.push_back(versions[static_cast<std::size_t>(nv)].inst[static_cast<std::size_t>(k2 * G() + g)]);
-            }
-            emitCollective(name + ".ep_all_gather@r" + std::to_string(group[0]), "all_gather", group, -1, src.logical, ins, outs,
-                           json{{"dim", src.pl.lane.dim}});
-        }
+    if (int c = cached(src, p); c >= 0) return c;
+    int nv = newVersion(src.logical, src.stage, p, lt(src.logical).name + ".ep_gathered");
+    collectiveOverReplicas(src, versions[static_cast<std::size_t>(nv)], epGroups(), false, lt(src.logical).name + ".ep_all_gather", "all_gather",
+                           json{{"dim", src.pl.lane.dim}}, json::object(),
+                           [&](int k2, int, int g) { return src.inst[static_cast<std::size_t>(k2 * G() + g)]; });
     return nv;
 }
 
@@ -194,8 +157,7 @@ int Parallelizer::epChunk(int vi, int dim) {
     const Version src = versions[static_cast<std::size_t>(vi)];
     Placement p = src.pl;
     p.lane = AxisState::epShard(dim);
-    auto k = placementKey(src.logical, src.stage, p);
-    if (auto it = cache.find(k); it != cache.end()) return it->second;
+    if (int c = cached(src, p); c >= 0) return c;
     const auto& name = lt(src.logical).name;
     int nv = newVersion(src.logical, src.stage, p, name + ".ep_part");
     for (int kk = 0; kk < listedDp; ++kk)
@@ -212,22 +174,10 @@ int Parallelizer::epAllReduce(int vi) {
     const Version src = versions[static_cast<std::size_t>(vi)];
     Placement p = src.pl;
     p.lane = AxisState::rep();
-    auto k = placementKey(src.logical, src.stage, p);
-    if (auto it = cache.find(k); it != cache.end()) return it->second;
-    const auto& name = lt(src.logical).name;
-    int nv = newVersion(src.logical, src.stage, p, name + ".ep_reduced");
-    for (int kk = 0; kk < listedDp; kk += C.ep)
-        for (int g = 0; g < G(); ++g) {
-            std::vector<int> group;
-            std::vector<std::string> ins, outs;
-            for (int k2 : epGroupOf(kk)) {
-                group.push_back(rankOf(k2, src.stage, g));
-                ins.push_back(src.inst[static_cast<std::size_t>(k2 * G() + g)]);
-                outs.push_back(versions[static_cast<std::size_t>(nv)].inst[static_cast<std::size_t>(k2 * G() + g)]);
-            }
-            emitCollective(name + ".ep_allreduce@r" + std::to_string(group[0]), "all_reduce", group, -1, src.logical, ins, outs,
-                           json{{"reduce", "sum"}});
-        }
+    if (int c = cached(src, p); c >= 0) return c;
+    int nv = newVersion(src.logical, src.stage, p, lt(src.logical).name + ".ep_reduced");
+    collectiveOverReplicas(src, versions[static_cast<std::size_t>(nv)], epGroups(), false, lt(src.logical).name + ".ep_allreduce", "all_reduce",
+                           json{{"reduce", "sum"}}, json::object(), [&](int k2, int, int g) { return src.inst[static_cast<std::size_t>(k2 * G() + g)]; });
     return nv;
 }
 

@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -235,6 +236,13 @@ private:
 
     /// Each listed replica's sum over its microbatches of a per-lane version: acc[kk][g].
     std::vector<std::vector<std::string>> accumulateMicrobatches(const Version& src, const Shape& shape);
+    /// A version in placement p whose instances are the accumulated tensors (nothing to reduce).
+    int adoptAccumulated(const Version& src, const Placement& p, const std::vector<std::vector<std::string>>& acc);
+    /// One collective per group of listed replicas (each of `groups`), per microbatch lane when
+    /// `perLane`, per group member g: its ranks, `input(replica, lane m, g)` and dst's instances.
+    void collectiveOverReplicas(const Version& src, const Version& dst, const std::vector<std::vector<int>>& groups, bool perLane,
+                                const std::string& name, const std::string& kind, const json& attrs, const json& extra,
+                                const std::function<std::string(int, int, int)>& input);
     /// Shard(tokens) <-> EpTokens: the dispatch and combine all-to-alls over each expert-parallel group.
     int epDispatch(int vi, AxisState to);
     int epCombine(int vi);
@@ -250,6 +258,9 @@ private:
     int epChunk(int vi, int dim);
     /// EpSum -> Rep: an all-reduce over the expert-parallel group.
     int epAllReduce(int vi);
+    std::vector<std::vector<int>> epGroups() const;
+    std::vector<std::vector<int>> edpGroups() const;
+    int cached(const Version& src, const Placement& p) const;
     /// The dim ZeRO splits an expert weight's state along over the dp / ep replicas holding it.
     int expertZeroDim(int t) const;
 

@@ -165,6 +165,19 @@ std::vector<std::vector<std::string>> Parallelizer::accumulateMicrobatches(const
     return acc;
 }
 
+int Parallelizer::adoptAccumulated(const Version& src, const Placement& p, const std::vector<std::vector<std::string>>& acc) {
+    Version v;
+    v.logical = src.logical;
+    v.stage = src.stage;
+    v.pl = p;
+    for (const auto& replica : acc)
+        for (const auto& name : replica) v.inst.push_back(name);
+    versions.push_back(std::move(v));
+    const int id = static_cast<int>(versions.size()) - 1;
+    cache[placementKey(src.logical, src.stage, p)] = id;
+    return id;
+}
+
 int Parallelizer::laneReduce(int vi, AxisState to) {
     const Version src = versions[static_cast<std::size_t>(vi)];
     Placement p = src.pl;
@@ -176,18 +189,7 @@ int Parallelizer::laneReduce(int vi, AxisState to) {
     Placement whole = p;
     whole.lane = AxisState::rep();
     const auto acc = accumulateMicrobatches(src, localShape(src.logical, whole));
-    if (C.dp == 1) {
-        // Nothing to average: the accumulated tensors are the new version's instances.
-        Version v;
-        v.logical = src.logical;
-        v.stage = src.stage;
-        v.pl = p;
-        for (int t = 0; t < G(); ++t) v.inst.push_back(acc[0][static_cast<std::size_t>(t)]);
-        versions.push_back(std::move(v));
-        int id = static_cast<int>(versions.size()) - 1;
-        cache[k] = id;
-        return id;
-    }
+    if (C.dp == 1) return adoptAccumulated(src, p, acc);  // nothing to average
     const bool scatter = to.st == St::DpShard;
     int nv = newVersion(src.logical, src.stage, p, name + (scatter ? ".dp_scattered" : ".dp_reduced"));
     for (int t = 0; t < G(); ++t) {

@@ -169,14 +169,17 @@ void Reader::readReplicas(const json& par) {
     }
     const auto D = static_cast<std::int32_t>(dpRanks / listed);
     if (D < 2 && !microbatches) {
-        fail("/parallel/replicas", "replicas need a mesh with dp of 2 or more (or microbatches stored once)");
+        fail("/parallel/replicas", listed > 1 ? "\"listed\" " + std::to_string(listed) + " is every data-parallel rank (dp " + std::to_string(dpRanks) +
+                                                    "): one group stores nothing once; list fewer ranks, or store the microbatches once"
+                                              : std::string("replicas need a mesh with dp of 2 or more (or microbatches stored once)"));
         return;
     }
     // Every lane count is computed in 32 bits (Replication::instances): dp x microbatches is
     // bounded here, where the plan says it, so that no product downstream can wrap.
     const std::int64_t lanes = static_cast<std::int64_t>(D) * (microbatches ? plan_->microbatches : 1);
     if (lanes > kMaxLanes) {
-        fail("/parallel/replicas", "dp " + std::to_string(D) + (microbatches ? " x " + std::to_string(plan_->microbatches) + " microbatches" : std::string()) +
+        fail("/parallel/replicas", (listed > 1 ? std::to_string(D) + " groups" : "dp " + std::to_string(D)) +
+                                       (microbatches ? " x " + std::to_string(plan_->microbatches) + " microbatches" : std::string()) +
                                        " is " + std::to_string(lanes) + " lanes stored once, more than " + std::to_string(kMaxLanes));
         return;
     }

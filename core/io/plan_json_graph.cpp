@@ -290,7 +290,8 @@ void Reader::readGraph(const json& obj, const std::string& base, Graph& g, bool 
                         fail(path + "/index_from_replica", who + ": a chunk indexed by replica has parts " + std::to_string(D) +
                                                                " (the replicas) and is listed with index 0" +
                                                                (plan_->replication.listedDp > 1 ? ", or parts dp (" + std::to_string(D * plan_->replication.listedDp) +
-                                                                                                      ") and the listed dp rank's index"
+                                                                                                      ") and the listed dp rank's position (below \"listed\" " +
+                                                                                                      std::to_string(plan_->replication.listedDp) + ") as its index"
                                                                                                 : std::string()));
                     else
                         info.indexFromReplica = true;

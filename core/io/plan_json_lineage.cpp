@@ -198,7 +198,8 @@ bool Reader::readReplicaMode(const json& r, const std::string& path, const std::
         if (full[static_cast<std::size_t>(d)] % D != 0) {
             fail(path + "/replicas/split_dim", who + ": dim " + std::to_string(d) + " of size " + std::to_string(full[static_cast<std::size_t>(d)]) +
                                                    " does not split into " + std::to_string(D) +
-                                                   (D == plan_->replication.degree ? " replicas" : " replicas x microbatches"));
+                                                   (plan_->replication.listedDp > 1 ? (D == plan_->replication.degree ? " stored groups" : " stored groups x microbatches")
+                                                                                    : (D == plan_->replication.degree ? " replicas" : " replicas x microbatches")));
             return false;
         }
         full[static_cast<std::size_t>(d)] /= D;
