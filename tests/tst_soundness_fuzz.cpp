@@ -59,8 +59,8 @@ std::optional<gen::GenerateOptions> drawConfig(std::mt19937_64& rng) {
         return v[std::uniform_int_distribution<std::size_t>(0, v.size() - 1)(rng)];
     };
     gen::GenerateOptions o;
-    static const char* models[] = {"mlp", "mlp", "gpt2", "llama3"};
-    o.model = models[std::uniform_int_distribution<int>(0, 3)(rng)];
+    static const char* models[] = {"mlp", "mlp", "gpt2", "llama3", "deepseek"};
+    o.model = models[std::uniform_int_distribution<int>(0, 4)(rng)];
     o.layers = 1;
     if (o.model == "mlp") {
         o.hidden = 8;
@@ -76,6 +76,12 @@ std::optional<gen::GenerateOptions> drawConfig(std::mt19937_64& rng) {
     }
     o.dp = pick({1, 2});
     o.tp = pick({1, 2});
+    // DeepSeek (one dense layer; its multi-token prediction block is an MoE one): the experts over
+    // the tensor-parallel group (tp 2), or over two data-parallel replicas (tp 1).
+    if (o.model == "deepseek" && pick({0, 1})) {
+        o.ep = 2;
+        if (o.tp == 1) o.dp = 2;
+    }
     o.pp = pick({1, 1, 2});
     o.microbatches = o.pp > 1 ? 2 : pick({1, 2});
     o.zero = o.dp > 1 ? pick({0, 0, 1, 2}) : 0;
@@ -96,6 +102,7 @@ std::string describe(const gen::GenerateOptions& o) {
     if (o.sequenceParallel) s << " sp";
     if (o.cp > 1) s << " cp" << o.cp << (o.cpComm == "p2p" ? " ring" : "");
     s << " " << o.optimizer;
+    if (o.ep > 1) s << " ep" << o.ep;
     if (!o.clipGrad.empty()) s << " clip";
     return s.str();
 }
