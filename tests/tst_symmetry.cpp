@@ -51,6 +51,32 @@ std::unique_ptr<Plan> read(const json& doc) {
 }  // namespace
 
 using Mutation = std::function<void(json&)>;
+
+/// Checks a plan stored with replicas as stored and written out: the same verdict, and for a
+/// failure (failingOp non-empty, a part of the stored op's name) the same stored op, tensor and
+/// rank within the replica. Written out, the counterexample may land in any lane of a stage that
+/// replica 0 proves alone, so lanes (the ~mb/~dp suffixes, the replica's ranks) may differ.
+static void storedAgreesWithWrittenOut(const Plan& plan, const QString& failingOp) {
+    VerifyOptions opts;
+    opts.jobs = 2;
+    const auto asStored = verifyPlan(plan, opts);
+    const auto writtenOut = verifyPlan(expandReplicas(plan), opts);
+    QCOMPARE(static_cast<int>(asStored.verdict), static_cast<int>(writtenOut.verdict));
+    if (failingOp.isEmpty()) {
+        QVERIFY2(asStored.verdict == Verdict::Equivalent, reportToText(asStored).c_str());
+        QCOMPARE(asStored.passed, static_cast<std::uint32_t>(asStored.results.size()));
+        return;
+    }
+    QVERIFY(asStored.verdict == Verdict::NotEquivalent);
+    QVERIFY(asStored.failure && writtenOut.failure);
+    auto stored = [](const std::string& name) { return QString::fromStdString(name.substr(0, name.find('~'))); };
+    QCOMPARE(stored(asStored.failure->parallelOp), stored(writtenOut.failure->parallelOp));
+    QVERIFY2(QString::fromStdString(asStored.failure->parallelOp).contains(failingOp), asStored.failure->parallelOp.c_str());
+    QCOMPARE(QString::fromStdString(asStored.failure->tensor), QString::fromStdString(writtenOut.failure->tensor));
+    const auto S = plan.replication.ranksPerReplica;
+    QCOMPARE(asStored.failure->rank % S, writtenOut.failure->rank % S);
+}
+
 Q_DECLARE_METATYPE(Mutation)
 
 class TestSymmetry : public QObject {
@@ -147,26 +173,7 @@ private slots:
         auto plan = read(doc);
         QVERIFY(plan);
         QVERIFY(plan->replication.active());
-        VerifyOptions opts;
-        opts.jobs = 2;
-        const auto asStored = verifyPlan(*plan, opts);
-        const auto writtenOut = verifyPlan(expandReplicas(*plan), opts);
-        QCOMPARE(static_cast<int>(asStored.verdict), static_cast<int>(writtenOut.verdict));
-        if (failingOp.isEmpty()) {
-            QVERIFY(asStored.verdict == Verdict::Equivalent);
-            QCOMPARE(asStored.passed, static_cast<std::uint32_t>(asStored.results.size()));
-            return;
-        }
-        QVERIFY(asStored.verdict == Verdict::NotEquivalent);
-        QVERIFY(asStored.failure && writtenOut.failure);
-        // The same stored op; written out, the counterexample may land in any lane of a stage that
-        // replica 0 proves alone, so lanes (the ~mb/~dp suffixes, the replica's ranks) may differ.
-        auto stored = [](const std::string& name) { return QString::fromStdString(name.substr(0, name.find('~'))); };
-        QCOMPARE(stored(asStored.failure->parallelOp), stored(writtenOut.failure->parallelOp));
-        QVERIFY2(QString::fromStdString(asStored.failure->parallelOp).contains(failingOp), asStored.failure->parallelOp.c_str());
-        QCOMPARE(QString::fromStdString(asStored.failure->tensor), QString::fromStdString(writtenOut.failure->tensor));
-        const auto S = plan->replication.ranksPerReplica;
-        QCOMPARE(asStored.failure->rank % S, writtenOut.failure->rank % S);
+        storedAgreesWithWrittenOut(*plan, failingOp);
     }
 
     // Expert parallelism over the replicas, stored as one expert-parallel group of two replicas
@@ -212,22 +219,7 @@ private slots:
         QVERIFY(plan);
         QCOMPARE(plan->replication.listedDp, 2);
         QCOMPARE(plan->replication.degree, 2);
-        VerifyOptions opts;
-        opts.jobs = 2;
-        const auto asStored = verifyPlan(*plan, opts);
-        const auto writtenOut = verifyPlan(expandReplicas(*plan), opts);
-        QCOMPARE(static_cast<int>(asStored.verdict), static_cast<int>(writtenOut.verdict));
-        if (failingOp.isEmpty()) {
-            QVERIFY2(asStored.verdict == Verdict::Equivalent, reportToText(asStored).c_str());
-            return;
-        }
-        QVERIFY(asStored.verdict == Verdict::NotEquivalent);
-        QVERIFY(asStored.failure && writtenOut.failure);
-        auto stored = [](const std::string& name) { return QString::fromStdString(name.substr(0, name.find('~'))); };
-        QCOMPARE(stored(asStored.failure->parallelOp), stored(writtenOut.failure->parallelOp));
-        QVERIFY2(QString::fromStdString(asStored.failure->parallelOp).contains(failingOp), asStored.failure->parallelOp.c_str());
-        const auto S = plan->replication.ranksPerReplica;
-        QCOMPARE(asStored.failure->rank % S, writtenOut.failure->rank % S);
+        storedAgreesWithWrittenOut(*plan, failingOp);
     }
 
     // Which stages replica 0 proves alone in a dp2 tp2 plan: the forward and backward data path,

@@ -31,27 +31,9 @@ std::string sumNotMean(Editor& e, const Site& s) {
 }
 
 std::string averageAgain(Editor& e, const Site& s) {
-    const auto& v = e.v;
-    auto o = v.find(s.ops[0]);
-    // Across the stored replicas the full group is the listed members in every stored group.
-    const auto listedMembers = static_cast<std::int32_t>(v.group(o).size());
-    const std::int32_t degree = v.g.ops[o].acrossReplicas ? listedMembers * v.p.replication.degree : listedMembers;
-    const auto outs = v.g.outputs(o);
-    const auto& grp = v.group(o);
-    for (std::size_t k = 0; k < outs.size(); ++k) {
-        const auto t = outs[k];
-        const auto id = e.fresh(v.tensorName(t) + ".average_again");
-        e.addTensor(e.tensorLike(t, id));
-        e.rewire(t, id);
-        json j = {{"id", e.fresh(v.name(o) + ".average_again" + (k ? ".member" + std::to_string(k) : ""))},
-                  {"op", "mul_scalar"},
-                  {"rank", grp[k]},
-                  {"phase", "backward"},
-                  {"inputs", json::array({v.tensorName(t)})},
-                  {"outputs", json::array({id})},
-                  {"attrs", {{"value", "1/" + std::to_string(degree)}}}};
-        e.addOp(std::move(j));
-    }
+    const auto o = e.v.find(s.ops[0]);
+    const auto degree = membersWrittenOut(e.v, o);
+    scaleCollectiveOutputs(e, o, "1/" + std::to_string(degree), "average_again");
     return "the reduced gradient of " + s.ops[0] + " is divided by the " + std::to_string(degree) + " replicas a second time";
 }
 

@@ -13,13 +13,6 @@ namespace tv::bugs::detail {
 
 namespace {
 
-/// The members a collective runs over once written out: its listed group, times the stored groups
-/// when it runs across them.
-std::size_t fullGroupSize(const View& v, OpId o) {
-    const auto n = v.group(o).size();
-    return v.g.ops[o].acrossReplicas ? n * static_cast<std::size_t>(v.p.replication.degree) : n;
-}
-
 /// An expert gradient's reducer: a mean all-reduce over the replicas that hold the same experts,
 /// a strict subset of the data-parallel ranks at its position (stored: listing fewer ranks than
 /// the stored group's data-parallel ranks; written out: a data-parallel group smaller than dp).
@@ -32,7 +25,7 @@ bool expertReducer(const View& v, OpId o) {
 
 /// The expert-parallel size: the data-parallel ranks over the replicas holding the same experts.
 std::int64_t expertParallelSize(const View& v, OpId reducer) {
-    return static_cast<std::int64_t>(v.p.mesh.at(Axis::DP)) / static_cast<std::int64_t>(fullGroupSize(v, reducer));
+    return static_cast<std::int64_t>(v.p.mesh.at(Axis::DP)) / membersWrittenOut(v, reducer);
 }
 
 std::vector<Site> expertReducers(const View& v) {
@@ -42,38 +35,17 @@ std::vector<Site> expertReducers(const View& v) {
     return out;
 }
 
-/// Multiplies every output of the reducer by `factor` (a new op per member, before its readers).
-void scaleOutputs(Editor& e, OpId o, const std::string& factor, const std::string& what) {
-    const auto& v = e.v;
-    const auto outs = v.g.outputs(o);
-    const auto& grp = v.group(o);
-    for (std::size_t k = 0; k < outs.size(); ++k) {
-        const auto t = outs[k];
-        const auto id = e.fresh(v.tensorName(t) + "." + what);
-        e.addTensor(e.tensorLike(t, id));
-        e.rewire(t, id);
-        json j = {{"id", e.fresh(v.name(o) + "." + what + (k ? ".member" + std::to_string(k) : ""))},
-                  {"op", "mul_scalar"},
-                  {"rank", grp[k]},
-                  {"phase", "backward"},
-                  {"inputs", json::array({v.tensorName(t)})},
-                  {"outputs", json::array({id})},
-                  {"attrs", {{"value", factor}}}};
-        e.addOp(std::move(j));
-    }
-}
-
 std::string scaledTwice(Editor& e, const Site& s) {
     const auto o = e.v.find(s.ops[0]);
     const auto ep = expertParallelSize(e.v, o);
-    scaleOutputs(e, o, "1/" + std::to_string(ep), "ep_scaled_again");
+    scaleCollectiveOutputs(e, o, "1/" + std::to_string(ep), "ep_scaled_again");
     return "the expert gradient reduced by " + s.ops[0] + " is divided by the expert-parallel size (" + std::to_string(ep) + ") a second time";
 }
 
 std::string notScaled(Editor& e, const Site& s) {
     const auto o = e.v.find(s.ops[0]);
     const auto ep = expertParallelSize(e.v, o);
-    scaleOutputs(e, o, std::to_string(ep), "ep_unscaled");
+    scaleCollectiveOutputs(e, o, std::to_string(ep), "ep_unscaled");
     return "the expert gradient reduced by " + s.ops[0] + " is not divided by the expert-parallel size (" + std::to_string(ep) +
            "): it is multiplied back";
 }

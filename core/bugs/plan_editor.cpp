@@ -73,4 +73,29 @@ void collectiveToIdentities(Editor& e, OpId o) {
     }
 }
 
+void scaleCollectiveOutputs(Editor& e, OpId o, const std::string& factor, const std::string& what) {
+    const auto& v = e.v;
+    const auto outs = v.g.outputs(o);
+    const auto& grp = v.group(o);
+    for (std::size_t k = 0; k < outs.size(); ++k) {
+        const auto t = outs[k];
+        const auto id = e.fresh(v.tensorName(t) + "." + what);
+        e.addTensor(e.tensorLike(t, id));
+        e.rewire(t, id);
+        json j = {{"id", e.fresh(v.name(o) + "." + what + (k ? ".member" + std::to_string(k) : ""))},
+                  {"op", "mul_scalar"},
+                  {"rank", grp[k]},
+                  {"phase", "backward"},
+                  {"inputs", json::array({v.tensorName(t)})},
+                  {"outputs", json::array({id})},
+                  {"attrs", {{"value", factor}}}};
+        e.addOp(std::move(j));
+    }
+}
+
+std::int64_t membersWrittenOut(const View& v, OpId o) {
+    const auto n = static_cast<std::int64_t>(v.group(o).size());
+    return v.g.ops[o].acrossReplicas ? n * v.p.replication.degree : n;
+}
+
 }  // namespace tv::bugs::detail

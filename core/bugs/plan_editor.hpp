@@ -51,4 +51,12 @@ private:
 /// Replaces a collective by one local identity per member: the data stays where it was.
 void collectiveToIdentities(Editor& e, OpId o);
 
+/// Multiplies every output of collective o by `factor` (a mul_scalar per member, named after the
+/// collective plus `what`, before every reader).
+void scaleCollectiveOutputs(Editor& e, OpId o, const std::string& factor, const std::string& what);
+
+/// The members collective o runs over once written out: its listed group, times the stored
+/// replicas (groups) when it runs across them.
+std::int64_t membersWrittenOut(const View& v, OpId o);
+
 }  // namespace tv::bugs::detail
