@@ -11,6 +11,7 @@
 #include "generate/generator.hpp"
 #include "io/plan_json.hpp"
 #include "io/plan_repeats.hpp"
+#include "ops/registry.hpp"
 #include "verify/symmetry.hpp"
 #include "verify/verifier.hpp"
 
@@ -196,6 +197,9 @@ private slots:
             << with(small("deepseek"), [](Options& x) { x.dp = 8; x.ep = 2; x.pp = 2; x.microbatches = 2; x.zero = 1; x.clipGrad = "1"; }) << 2;
         QTest::newRow("deepseek dp8 tp2 ep4 etp2 nm2 zero2")
             << with(small("deepseek"), [](Options& x) { x.dp = 8; x.tp = 2; x.ep = 4; x.etp = 2; x.microbatches = 2; x.zero = 2; }) << 4;
+        // One expert-parallel group: only the microbatches and the members repeat.
+        QTest::newRow("deepseek dp2 ep2 pp2 nm2 zero1")
+            << with(small("deepseek"), [](Options& x) { x.dp = 2; x.ep = 2; x.pp = 2; x.microbatches = 2; x.zero = 1; }) << 2;
     }
     void replicasStoredOnceMeanTheWrittenOutPlan() {
         QFETCH(Options, options);
@@ -208,6 +212,18 @@ private slots:
         QVERIFY(compact->replication.active());
         QCOMPARE(compact->replication.listedDp, listed);
         QCOMPARE(compact->replication.degree, o.dp / listed);
+        // An expert-parallel group is stored as one member (plan-format.md §7.3), written out by
+        // the reader into the group listed: the file holds a member's ops, the plan the group's.
+        QCOMPARE(compact->membersStoredOnce, listed);
+        if (listed > 1) {
+            auto doc = gen::generatePlan(options);
+            QCOMPARE(doc["parallel"]["replicas"].value("members", 0), listed);
+            QVERIFY(!doc["parallel"]["replicas"].contains("listed"));
+            std::size_t acrossMembers = 0;
+            for (const auto& op : doc["parallel"]["ops"]) acrossMembers += op.value("across_members", false) ? 1 : 0;
+            QVERIFY(acrossMembers > 0);
+            QVERIFY(doc["parallel"]["ops"].size() < compact->parallel.ops.size());
+        }
         QVERIFY(!full->replication.active());
         QCOMPARE(compact->replication.microbatches, 2);
         auto expanded = expandReplicas(*compact);
@@ -401,52 +417,73 @@ private slots:
     // gradient norms are all-reduced over the group.
     void expertParallelismOverReplicas() {
         auto doc = generateDoc(with(small("deepseek"), [](Options& o) { o.dp = 4; o.ep = 2; o.microbatches = 2; o.clipGrad = "1"; o.format = 2; }));
-        QCOMPARE(doc["parallel"]["replicas"]["listed"].get<int>(), 2);
-        int dispatch = 0, combine = 0, expertReducers = 0, denseReducers = 0, normReductions = 0, expertGathers = 0;
+        // One member of each expert-parallel group of two is stored (plan-format.md §7.3).
+        QCOMPARE(doc["parallel"]["replicas"]["members"].get<int>(), 2);
+        QVERIFY(!doc["parallel"]["replicas"].contains("listed"));
+        int dispatch = 0, combine = 0, expertReducers = 0, denseReducers = 0, normReductions = 0, expertGathers = 0, memberParts = 0;
         for (const auto& op : doc["parallel"]["ops"]) {
             const std::string id = op["id"];
-            const bool across = op.value("across_replicas", false);
+            const bool acrossReplicas = op.value("across_replicas", false), acrossMembers = op.value("across_members", false);
+            if (op.contains("rank")) QCOMPARE(op["rank"].get<int>(), 0);  // member 0 of group 0: rank 0
             if (op["op"] == "all_to_all") {
-                QCOMPARE(op["group"], json::array({0, 1}));  // ranks of replicas 0 and 1
-                QVERIFY(!across);
+                QCOMPARE(op["group"], json::array({0}));  // member 0's part of the group's all-to-all
+                QVERIFY(acrossMembers && !acrossReplicas);
                 const bool toExperts = op["attrs"]["split_dim"].get<int>() == 0;
                 (toExperts ? dispatch : combine) += 1;
             }
-            if (op["op"] == "all_reduce" && across && op["attrs"]["reduce"] == "mean") {
+            if (op["op"] == "all_reduce" && acrossReplicas && op["attrs"]["reduce"] == "mean") {
+                // An expert's gradient over the replicas holding its experts; a dense one over all.
                 const bool expert = id.find("moe.experts.") != std::string::npos;
-                QCOMPARE(op["group"].size(), std::size_t(expert ? 1 : 2));
+                QCOMPARE(acrossMembers, !expert);
                 (expert ? expertReducers : denseReducers) += 1;
             }
             if (op["op"] == "all_reduce" && op["attrs"]["reduce"] == "sum" && id.find("moe.experts.") != std::string::npos) {
-                QCOMPARE(op["group"], json::array({0, 1}));
+                QVERIFY(acrossMembers && !acrossReplicas);
                 ++normReductions;
             }
             if (id.find("ep_all_gather") != std::string::npos) ++expertGathers;
+            if (op.value("index_from_member", false)) ++memberParts;
         }
         // Two MoE blocks: layer 1 (layer 0 is dense) and the multi-token prediction module's.
         QCOMPARE(dispatch, 2 * 2);  // the tokens, and the gradient of the experts' output
         QCOMPARE(combine, 2 * 2);   // the experts' output, and the gradient of the tokens
-        QCOMPARE(expertReducers, 2 * 3 * 2 * 2);  // w1, w3, w2: each listed rank's, before and after clipping
+        QCOMPARE(expertReducers, 2 * 3 * 2);  // w1, w3, w2: before and after clipping
         QVERIFY(denseReducers > 0);
         QCOMPARE(normReductions, 3 * 2);
         QCOMPARE(expertGathers, 0);  // the experts are never gathered
-        // Each listed replica holds its half of the experts; the stored groups hold copies.
+        QCOMPARE(memberParts, 0);    // no ZeRO: nothing is chunked by member
+        // The stored member holds its half of the experts; the other member the next half, the
+        // other group copies.
         bool found = false;
         for (const auto& rec : doc["lineage"])
             if (rec["logical"] == "layers.1.moe.experts.w1.weight") {
                 found = true;
                 QCOMPARE(rec["replicas"].get<std::string>(), std::string("copies"));
-                QCOMPARE(rec["slices"].size(), std::size_t(2));
+                QCOMPARE(rec["members"], (json{{"split_dim", 0}}));
+                QCOMPARE(rec["slices"].size(), std::size_t(1));
                 QCOMPARE(rec["slices"][0]["box"][0], json::array({0, 4}));
-                QCOMPARE(rec["slices"][1]["box"][0], json::array({4, 8}));
                 break;
             }
         QVERIFY(found);
+        // Read, the group is written out: its all-to-alls over both members, the expert weight's
+        // record over both halves.
         auto res = readPlanJson(doc);
         QVERIFY(res.ok());
-        QCOMPARE(res.plan->replication.degree, 2);
-        QCOMPARE(res.plan->replication.ranksPerReplica, 2);
-        QVERIFY(verifyPlan(*res.plan).verdict == Verdict::Equivalent);
+        const auto& plan = *res.plan;
+        QCOMPARE(plan.membersStoredOnce, 2);
+        QCOMPARE(plan.replication.listedDp, 2);
+        QCOMPARE(plan.replication.degree, 2);
+        QCOMPARE(plan.replication.ranksPerReplica, 2);
+        for (OpId op = 0; op < plan.parallel.ops.size(); ++op)
+            if (plan.parallel.ops[op].kind == *OpRegistry::instance().find("all_to_all"))
+                QCOMPARE(plan.groups[plan.parallel.ops[op].group], (std::vector<std::int32_t>{0, 1}));
+        for (const auto& rec : plan.lineage)
+            if (plan.tensorName(plan.logical, rec.logical) == "layers.1.moe.experts.w1.weight" && rec.slices.size() == 2) {
+                QCOMPARE(rec.slices[1].box.lo[0], std::int64_t{4});
+                QVERIFY(plan.tensorName(plan.parallel, rec.slices[1].copies[0][0].tensor).ends_with("~ep1"));
+                QCOMPARE(plan.parallel.tensors[rec.slices[1].copies[0][0].tensor].rank, 1);
+            }
+        QVERIFY(verifyPlan(plan).verdict == Verdict::Equivalent);
     }
 
     // DeepSeek-V3's auxiliary-loss-free balancing: the experts are chosen by the scores plus a

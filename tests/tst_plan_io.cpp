@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "io/plan_json.hpp"
+#include "generate/generator.hpp"
 #include "io/plan_repeats.hpp"
 #include "verify/stages.hpp"
 #include "verify/symmetry.hpp"
@@ -19,10 +20,36 @@ namespace {
 
 std::string examplesDir() { return std::string(TV_SOURCE_DIR) + "/resources/examples"; }
 
+/// A small DeepSeek plan whose replicas store one member of each expert-parallel group
+/// (dp 4, ep 2: two groups of two members; plan-format.md §7.3), generated once.
+const char* kMembers = "generated: deepseek dp4 ep2 nm2 zero1, members stored once";
+const json& memberPlan() {
+    static const json doc = [] {
+        gen::GenerateOptions o;
+        o.model = "deepseek";
+        o.dp = 4;
+        o.ep = 2;
+        o.microbatches = 2;
+        o.zero = 1;
+        o.format = 2;
+        return gen::generatePlan(o);
+    }();
+    return doc;
+}
+
 json loadJson(const std::string& name) {
+    if (name == kMembers) return memberPlan();
     std::ifstream in(examplesDir() + "/" + name);
     return json::parse(in);
 }
+
+/// The index of the first entry of `array` that `pred` holds for (the array's size if none).
+std::size_t firstWhere(const json& array, const std::function<bool(const json&)>& pred) {
+    for (std::size_t i = 0; i < array.size(); ++i)
+        if (pred(array[i])) return i;
+    return array.size();
+}
+
 
 using Mutation = std::function<void(json&)>;
 
@@ -169,6 +196,54 @@ private slots:
         row("listed every dp rank", rp, [](json& j) { j["parallel"]["replicas"]["listed"] = 2; }, "/parallel/replicas", "one group stores nothing once");
         row("across replicas on a local op", rp, [](json& j) { j["parallel"]["ops"][0]["across_replicas"] = true; }, "/parallel/ops/0/across_replicas", "only collectives");
         row("stored tensor on replica 1", rp, [](json& j) { j["parallel"]["tensors"][0]["rank"] = 2; }, "/parallel/tensors/0/rank", "must be in [0, 1]");
+        // One member of each expert-parallel group stored (plan-format.md §7.3).
+        const char* mb = kMembers;
+        row("members not dividing dp", mb, [](json& j) { j["parallel"]["replicas"]["members"] = 3; }, "/parallel/replicas/members", "does not divide dp 4");
+        row("members of one", mb, [](json& j) { j["parallel"]["replicas"]["members"] = 1; }, "/parallel/replicas/members", "an integer from 2");
+        row("members not an integer", mb, [](json& j) { j["parallel"]["replicas"]["members"] = "2"; }, "/parallel/replicas/members", "an integer from 2");
+        row("members and listed", mb, [](json& j) { j["parallel"]["replicas"]["listed"] = 2; }, "/parallel/replicas/listed", "not both");
+        row("members every dp rank, microbatches written out", mb, [](json& j) { j["parallel"]["replicas"]["members"] = 4; j["parallel"]["replicas"].erase("microbatches"); },
+            "/parallel/replicas/members", "is every data-parallel rank");
+        row("members in version 1", mb, [](json& j) { j["version"] = 1; }, "/parallel/replicas/members", "need \"version\": 2 or 3");
+        row("record without a member mode", mb, [](json& j) { j["lineage"][3].erase("members"); }, "/lineage/3", "how it repeats over the members");
+        row("unknown member mode", mb, [](json& j) { j["lineage"][3]["members"] = "twice"; }, "/lineage/3/members", "members must be");
+        row("member split along a missing dim", mb, [](json& j) { j["lineage"][3]["members"] = json{{"split_dim", 9}}; }, "/lineage/3/members/split_dim", "not a dim");
+        row("member split that leaves holes", mb, [](json& j) {
+            // The batch split over the members as well as the lanes, where the record lists every
+            // member's part already: written out, the members' parts overlap the next lane's.
+            auto i = firstWhere(j["lineage"], [](const json& r) { return r["members"] == json{{"split_dim", 0}} && r["replicas"] == json{{"split_dim", 0}}; });
+            j["lineage"][i]["members"] = json{{"split_dim", 0}};
+            j["lineage"][i]["replicas"] = "copies";
+        }, "/lineage/", "leave holes");
+        row("stored tensor on member 1", mb, [](json& j) { j["parallel"]["tensors"][0]["rank"] = 1; }, "/parallel/tensors/0/rank", "ranks 0 to 0, not 1");
+        row("across members on a local op", mb, [](json& j) {
+            auto i = firstWhere(j["parallel"]["ops"], [](const json& o) { return o.contains("rank"); });
+            j["parallel"]["ops"][i]["across_members"] = true;
+        }, "/parallel/ops/", "for collectives");
+        row("member index on a non-chunk", mb, [](json& j) {
+            auto i = firstWhere(j["parallel"]["ops"], [](const json& o) { return o["op"] == "linear"; });
+            j["parallel"]["ops"][i]["index_from_member"] = true;
+        }, "/parallel/ops/", "for chunk ops");
+        row("member and replica index not listed as 0", mb, [](json& j) {
+            auto i = firstWhere(j["parallel"]["ops"], [](const json& o) { return o.value("index_from_member", false) && o.value("index_from_replica", false); });
+            j["parallel"]["ops"][i]["attrs"]["index"] = 1;
+        }, "/parallel/ops/", "listed with index 0");
+        row("member index past its part", mb, [](json& j) {
+            // Indexed by member only, parts 4 over 2 members: member 0's index is below 2.
+            auto i = firstWhere(j["parallel"]["ops"], [](const json& o) { return o.value("index_from_member", false) && o.value("index_from_replica", false); });
+            j["parallel"]["ops"][i].erase("index_from_replica");
+            j["parallel"]["ops"][i]["attrs"]["index"] = 2;
+        }, "/parallel/ops/", "member j takes index + j * parts / members");
+        row("a member's copy is reported at its stored entry", mb, [](json& j) {
+            // A stored tensor named as member 1's copy of the first one: written out, that copy
+            // is the duplicate, reported at the first tensor's entry, member 1.
+            auto t = j["parallel"]["tensors"][0];
+            t["id"] = t["id"].get<std::string>() + "~ep1";
+            j["parallel"]["tensors"].insert(j["parallel"]["tensors"].begin(), t);
+        }, "/parallel/tensors/1/member@1/id", "duplicate tensor id");
+        row("across members without members", rp, [](json& j) { j["parallel"]["ops"][0]["across_members"] = true; }, "/parallel/ops/0/across_members", "for plans storing one member");
+        row("member index without members", rp, [](json& j) { j["parallel"]["ops"][0]["index_from_member"] = true; }, "/parallel/ops/0/index_from_member", "for plans storing one member");
+        row("member mode without members", rp, [](json& j) { j["lineage"][0]["members"] = "copies"; }, "/lineage/0/members", "for plans storing one member");
         const char* z1 = "mlp-dp2-zero1.json";
         row("replica index on a non-chunk", z1, [](json& j) { j["parallel"]["ops"][0]["index_from_replica"] = true; }, "/parallel/ops/0/index_from_replica", "for chunk ops");
         row("replica index with other parts", z1, [](json& j) { j["parallel"]["ops"][23]["attrs"]["parts"] = 4; }, "/parallel/ops/23", "shape mismatch");

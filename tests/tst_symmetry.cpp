@@ -7,6 +7,7 @@
 
 #include "generate/generator.hpp"
 #include "io/plan_json.hpp"
+#include "io/plan_members.hpp"
 #include "model/instance_names.hpp"
 #include "verify/check.hpp"
 #include "verify/symmetry.hpp"
@@ -177,7 +178,8 @@ private slots:
     }
 
     // Expert parallelism over the replicas, stored as one expert-parallel group of two replicas
-    // (plan-format.md §7, "listed"), the group repeated twice: checked as stored and written out,
+    // (plan-format.md §7, "listed": the generator's file, one member stored, with its members
+    // written out as the reader does), the group repeated twice: checked as stored and written out,
     // the verdicts and the failing stored op agree, correct and mutated in each kind of op the
     // group's members do not share (their experts, the dispatch between them, the reducers over
     // the replicas holding the same experts, the ZeRO parts indexed by replica).
@@ -186,14 +188,14 @@ private slots:
         QTest::addColumn<QString>("failingOp");  // empty: equivalent
         auto row = [](const char* name, Mutation m, const char* op) { QTest::newRow(name) << m << QString(op); };
         row("correct", [](json&) {}, "");
-        row("second member's experts", [](json& d) { opNamed(d, "layers.1.moe.experts.silu@r1")["op"] = "relu"; }, "layers.1.moe.experts.silu@r1");
+        row("second member's experts", [](json& d) { opNamed(d, "layers.1.moe.experts.silu@r0~ep1")["op"] = "relu"; }, "layers.1.moe.experts.silu@r0~ep1");
         row("dispatch to the wrong member", [](json& d) {
                 auto& op = opNamed(d, "layers.1.moe.to_experts.ep_dispatch@r0");
                 for (const char* key : {"group", "inputs", "outputs"}) std::reverse(op[key].begin(), op[key].end());
             }, "layers.1.moe.to_experts.ep_dispatch@r0");
         row("expert gradient summed over its replicas", [](json& d) {
-                opNamed(d, "bw.layers.1.moe.experts.w1.matmul.2.edp_allreduce@r1")["attrs"]["reduce"] = "sum";
-            }, "bw.layers.1.moe.experts.w1.matmul.2.edp_allreduce@r1");
+                opNamed(d, "bw.layers.1.moe.experts.w1.matmul.2.edp_allreduce@r0~ep1")["attrs"]["reduce"] = "sum";
+            }, "bw.layers.1.moe.experts.w1.matmul.2.edp_allreduce@r0~ep1");
         row("every group updates the ZeRO parts of group 0", [](json& d) {
                 for (auto& op : d["parallel"]["ops"]) op.erase("index_from_replica");
             }, "~dp1");
@@ -213,7 +215,10 @@ private slots:
         o.microbatches = 2;
         o.zero = 1;
         o.format = 2;
-        auto doc = gen::generatePlan(o);
+        auto members = expandMembers(gen::generatePlan(o), nullptr);
+        QVERIFY(members.problems.empty());
+        QCOMPARE(members.members, 2);
+        auto doc = members.doc;
         mutate(doc);
         auto plan = read(doc);
         QVERIFY(plan);

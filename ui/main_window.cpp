@@ -63,7 +63,7 @@ namespace {
 QString storedNoteFor(const Plan& drawn) {
     if (!drawn.replication.active()) return {};
     return QCoreApplication::translate("MainWindow", "drawn as stored: %1 stands for all (written out: %L2 parallel ops)")
-        .arg(QString::fromStdString(storedOnce(drawn.replication)))
+        .arg(QString::fromStdString(storedOnce(drawn.replication, drawn.membersStoredOnce)))
         .arg(static_cast<qulonglong>(writtenOutCounts(drawn).ops));
 }
 

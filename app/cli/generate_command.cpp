@@ -59,7 +59,7 @@ int generateCommand(const Args& args) {
     if (outPath != "-")
         std::fprintf(stderr, "generated %s: %zu logical ops, %zu parallel ops%s, %zu lineage records, %.1f MB in %.2f s\n",
                      outPath.c_str(), plan.logical.ops.size(), plan.parallel.ops.size(),
-                     plan.replication.active() ? (" (" + tv::storedOnce(plan.replication) + ")").c_str() : "",
+                     plan.replication.active() ? (" (" + tv::storedOnce(plan.replication, plan.membersStoredOnce) + ")").c_str() : "",
                      plan.lineage.size(), static_cast<double>(generated.text.size()) / 1e6, generated.seconds);
     if (verifyAfter) {
         if (outPath == "-") return usageError("--verify needs -o FILE");

@@ -220,6 +220,7 @@ int inspectCommand(const Args& args) {
     if (compact)
         j["stored"] = {{"replicas", p.replication.degree},
                        {"listed_dp", p.replication.listedDp},
+                       {"members_stored_once", p.membersStoredOnce},
                        {"microbatches", p.replication.microbatches},
                        {"parallel_ops", p.parallel.ops.size()},
                        {"parallel_tensors", p.parallel.tensors.size()}};
@@ -232,7 +233,7 @@ int inspectCommand(const Args& args) {
     std::cout << "logical       " << p.logical.ops.size() << " ops, " << p.logical.tensors.size() << " tensors\n";
     std::cout << "parallel      " << out.ops << " ops, " << out.tensors << " tensors\n";
     if (compact)
-        std::cout << "stored        " << tv::storedOnce(p.replication) << ": " << p.parallel.ops.size() << " ops, " << p.parallel.tensors.size()
+        std::cout << "stored        " << tv::storedOnce(p.replication, p.membersStoredOnce) << ": " << p.parallel.ops.size() << " ops, " << p.parallel.tensors.size()
                   << " tensors\n";
     std::cout << "ranks         " << p.ranks.size() << " (";
     bool first = true;

@@ -38,12 +38,12 @@ void Parallelizer::collectiveOverReplicas(const Version& src, const Version& dst
 /// per expert part: the listed replicas holding it).
 std::vector<std::vector<int>> Parallelizer::epGroups() const {
     std::vector<std::vector<int>> out;
-    for (int kk = 0; kk < listedDp; kk += C.ep) out.push_back(epGroupOf(kk));
+    for (int kk = 0; kk < listedDp; kk += std::min(C.ep, listedDp)) out.push_back(epGroupOf(kk));
     return out;
 }
 std::vector<std::vector<int>> Parallelizer::edpGroups() const {
     std::vector<std::vector<int>> out;
-    for (int kk = 0; kk < C.ep; ++kk) out.push_back(edpGroupOf(kk));
+    for (int kk = 0; kk < std::min(C.ep, listedDp); ++kk) out.push_back(edpGroupOf(kk));
     return out;
 }
 
@@ -61,7 +61,7 @@ int Parallelizer::epDispatch(int vi, AxisState to) {
     int nv = newVersion(src.logical, src.stage, p, lt(src.logical).name + ".dispatched");
     // Member j of a group receives part j (its experts) of every member's tokens, in member order.
     collectiveOverReplicas(src, versions[static_cast<std::size_t>(nv)], epGroups(), true, lt(src.logical).name + ".ep_dispatch", "all_to_all",
-                           json{{"split_dim", to.dim}, {"concat_dim", to.dim2}}, json::object(),
+                           json{{"split_dim", to.dim}, {"concat_dim", to.dim2}}, acrossFlags(false, true),
                            [&](int k2, int m, int g) { return src.inst[static_cast<std::size_t>((k2 * listedMb + m) * G() + g)]; });
     return nv;
 }
@@ -74,7 +74,7 @@ int Parallelizer::epCombine(int vi) {
     int nv = newVersion(src.logical, src.stage, p, lt(src.logical).name + ".combined");
     // Member i gets back its tokens (part i along the tokens) from every member's experts.
     collectiveOverReplicas(src, versions[static_cast<std::size_t>(nv)], epGroups(), true, lt(src.logical).name + ".ep_combine", "all_to_all",
-                           json{{"split_dim", src.pl.lane.dim2}, {"concat_dim", src.pl.lane.dim}}, json::object(),
+                           json{{"split_dim", src.pl.lane.dim2}, {"concat_dim", src.pl.lane.dim}}, acrossFlags(false, true),
                            [&](int k2, int m, int g) { return src.inst[static_cast<std::size_t>((k2 * listedMb + m) * G() + g)]; });
     return nv;
 }
@@ -148,7 +148,7 @@ int Parallelizer::epGather(int vi) {
     if (int c = cached(src, p); c >= 0) return c;
     int nv = newVersion(src.logical, src.stage, p, lt(src.logical).name + ".ep_gathered");
     collectiveOverReplicas(src, versions[static_cast<std::size_t>(nv)], epGroups(), false, lt(src.logical).name + ".ep_all_gather", "all_gather",
-                           json{{"dim", src.pl.lane.dim}}, json::object(),
+                           json{{"dim", src.pl.lane.dim}}, acrossFlags(false, true),
                            [&](int k2, int, int g) { return src.inst[static_cast<std::size_t>(k2 * G() + g)]; });
     return nv;
 }
@@ -165,7 +165,8 @@ int Parallelizer::epChunk(int vi, int dim) {
             const int rank = rankOf(kk, src.stage, g);
             const auto i = static_cast<std::size_t>(kk * G() + g);
             emitLocal(name + ".ep_chunk@r" + std::to_string(rank), "chunk", rank, -1, phaseOf(src.logical), {src.inst[i]},
-                      {versions[static_cast<std::size_t>(nv)].inst[i]}, json{{"dim", dim}, {"parts", C.ep}, {"index", kk % C.ep}});
+                      {versions[static_cast<std::size_t>(nv)].inst[i]}, json{{"dim", dim}, {"parts", C.ep}, {"index", kk % C.ep}},
+                      membersOnce ? json{{"index_from_member", true}} : json::object());
         }
     return nv;
 }
@@ -177,7 +178,7 @@ int Parallelizer::epAllReduce(int vi) {
     if (int c = cached(src, p); c >= 0) return c;
     int nv = newVersion(src.logical, src.stage, p, lt(src.logical).name + ".ep_reduced");
     collectiveOverReplicas(src, versions[static_cast<std::size_t>(nv)], epGroups(), false, lt(src.logical).name + ".ep_allreduce", "all_reduce",
-                           json{{"reduce", "sum"}}, json::object(), [&](int k2, int, int g) { return src.inst[static_cast<std::size_t>(k2 * G() + g)]; });
+                           json{{"reduce", "sum"}}, acrossFlags(false, true), [&](int k2, int, int g) { return src.inst[static_cast<std::size_t>(k2 * G() + g)]; });
     return nv;
 }
 

@@ -14,10 +14,12 @@ namespace detail {
 
 Parallelizer::Parallelizer(const LogicalModel& m, const ParallelConfig& c) : M(m), C(c) {
     L = c.dp * c.microbatches;
-    // Stored, the plan lists one expert-parallel group of replicas (one replica without expert
-    // parallelism over them).
-    listedDp = c.compactReplicas ? std::max(1, c.ep) : c.dp;
+    // Stored, the plan lists one replica; with expert parallelism over the replicas, member 0 of
+    // the first expert-parallel group ("members": plan-format.md §7.3). Both stored forms come
+    // with the microbatches stored once (when there are several), so lane 0 is one batch block.
     listedMb = c.compactMicrobatches ? 1 : c.microbatches;
+    membersOnce = c.ep > 1 && (c.compactReplicas || c.compactMicrobatches);
+    listedDp = membersOnce ? 1 : c.compactReplicas ? std::max(1, c.ep) : c.dp;
     // Layers split over the stages as evenly as they go: the first (layers mod pp) stages
     // take one layer more (126 layers over 16 stages: 14 stages of 8, then 2 of 7).
     for (int s = 0; s < c.pp; ++s) {
@@ -76,6 +78,7 @@ json Parallelizer::run() {
     }
     if (compact()) par["replicas"] = json{{"axis", "dp"}};
     if (compact() && listedDp > 1) par["replicas"]["listed"] = listedDp;
+    if (membersOnce) par["replicas"]["members"] = C.ep;
     if (compactMicrobatches()) par["replicas"]["microbatches"] = true;
     return json{{"logical", logicalJson()}, {"parallel", par}, {"lineage", lineage()}};
 }

@@ -128,7 +128,18 @@ private:
     int listedDp = 1;
     /// Microbatches written out: all of them, or only microbatch 0 when they are stored once.
     int listedMb = 1;
+    /// One member of each expert-parallel group stored (listedDp 1): the others are written out
+    /// by the reader (across_members collectives, index_from_member chunks, "members" records).
+    bool membersOnce = false;
     bool compact() const { return listedDp < C.dp || listedMb < C.microbatches; }
+    /// Flags of a collective over the data-parallel replicas (`replicas`) and over the members of
+    /// an expert-parallel group (`members`), in the stored form.
+    json acrossFlags(bool replicas, bool members) const {
+        json j = json::object();
+        if (replicas && compact()) j["across_replicas"] = true;
+        if (members && membersOnce) j["across_members"] = true;
+        return j;
+    }
     bool compactMicrobatches() const { return listedMb < C.microbatches; }
 
     bool laneAxis() const { return L > 1; }
@@ -138,11 +149,13 @@ private:
     /// expert-data-parallel group (the replicas holding its experts; stored, only kk itself, the
     /// rest in the other stored groups).
     std::vector<int> epGroupOf(int kk) const {
+        if (membersOnce) return {kk};  // the others written out by the reader
         std::vector<int> g;
         for (int j = 0; j < C.ep; ++j) g.push_back(kk - kk % C.ep + j);
         return g;
     }
     std::vector<int> edpGroupOf(int kk) const {
+        if (membersOnce) return {kk};
         std::vector<int> g;
         for (int u = 0; u < listedDp / C.ep; ++u) g.push_back(u * C.ep + kk % C.ep);
         return g;

@@ -35,13 +35,15 @@ std::vector<Parallelizer::LaneSlice> Parallelizer::laneSlices(const AxisState& a
             break;
         case St::EpShard:
             // Expert part j; copies on every replica holding it, or (ZeRO) each one's own part.
-            for (int j = 0; j < C.ep; ++j) {
+            // Stored once, member 0's part (its experts, and with ZeRO its group's part).
+            for (int j = 0; j < (membersOnce ? 1 : C.ep); ++j) {
                 if (a.dim2 >= 0) {
-                    for (int u = 0; u < listedDp / C.ep; ++u) out.push_back({{part(a.dim, C.ep, j), part(a.dim2, C.dp / C.ep, u)}, {{u * C.ep + j}}});
+                    for (int u = 0; u < (membersOnce ? 1 : listedDp / C.ep); ++u)
+                        out.push_back({{part(a.dim, C.ep, j), part(a.dim2, C.dp / C.ep, u)}, {{u * C.ep + j}}});
                     continue;
                 }
                 LaneSlice s{{part(a.dim, C.ep, j)}, {}};
-                for (int u = 0; u < listedDp / C.ep; ++u) s.copies.push_back({u * C.ep + j});
+                for (int u = 0; u < (membersOnce ? 1 : listedDp / C.ep); ++u) s.copies.push_back({u * C.ep + j});
                 out.push_back(std::move(s));
             }
             break;
@@ -54,7 +56,7 @@ std::vector<Parallelizer::LaneSlice> Parallelizer::laneSlices(const AxisState& a
             break;
         case St::EpPartial:
             // Expert part j: the sum over every lane holding it.
-            for (int j = 0; j < C.ep; ++j) {
+            for (int j = 0; j < (membersOnce ? 1 : C.ep); ++j) {
                 LaneSlice s{{part(a.dim, C.ep, j)}, {{}}};
                 for (int l = 0; l < lanesListed; ++l)
                     if ((l / listedMb) % C.ep == j) s.copies.back().push_back(l);
@@ -64,7 +66,7 @@ std::vector<Parallelizer::LaneSlice> Parallelizer::laneSlices(const AxisState& a
         case St::EpSum: {
             // Each group's members add up; the groups hold copies.
             LaneSlice s;
-            for (int kk = 0; kk < listedDp; kk += C.ep) s.copies.push_back(epGroupOf(kk));
+            for (int kk = 0; kk < listedDp; kk += std::min(C.ep, listedDp)) s.copies.push_back(epGroupOf(kk));
             out.push_back(std::move(s));
             break;
         }
@@ -149,6 +151,15 @@ json Parallelizer::lineage() const {
             if (a.st == St::Shard || a.st == St::DpShard) rec["replicas"] = json{{"split_dim", a.dim}};
             else if (a.st == St::EpTokens || (a.st == St::EpShard && a.dim2 >= 0)) rec["replicas"] = json{{"split_dim", a.dim2}};
             else rec["replicas"] = a.st == St::Partial || a.st == St::EpPartial ? "sum" : "copies";
+        }
+        if (membersOnce) {
+            // How it repeats over the members of an expert-parallel group: the batch (Shard,
+            // DpShard: inside the lane's part, member-major) or the experts split, summed, or copies.
+            const auto& a = p.lane;
+            if (a.st == St::Shard || a.st == St::DpShard || a.st == St::EpShard || a.st == St::EpTokens || a.st == St::EpPartial)
+                rec["members"] = json{{"split_dim", a.dim}};
+            else
+                rec["members"] = a.st == St::Partial || a.st == St::EpSum ? "sum" : "copies";
         }
         records.push_back(std::move(rec));
     }

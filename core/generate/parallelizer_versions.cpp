@@ -201,7 +201,7 @@ int Parallelizer::laneReduce(int vi, AxisState to) {
             outs.push_back(versions[static_cast<std::size_t>(nv)].inst[static_cast<std::size_t>(kk * G() + t)]);
         }
         // Stored with replicas, the reducer lists replica 0's part of a group that spans them all.
-        json extra = compact() ? json{{"across_replicas", true}} : json::object();
+        json extra = acrossFlags(true, true);
         if (scatter)
             emitCollective(name + ".dp_reduce_scatter@r" + std::to_string(group[0]), "reduce_scatter", group, -1, src.logical, ins,
                            outs, json{{"dim", to.dim}, {"reduce", "mean"}}, extra);
@@ -225,6 +225,7 @@ int Parallelizer::dpChunk(int vi, int dim) {
             int rank = rankOf(kk, src.stage, t);
             auto i = static_cast<std::size_t>(kk * G() + t);
             json extra = compact() ? json{{"index_from_replica", true}} : json::object();
+            if (membersOnce) extra["index_from_member"] = true;
             emitLocal(name + ".dp_chunk@r" + std::to_string(rank), "chunk", rank, -1, phaseOf(src.logical), {src.inst[i]},
                       {versions[static_cast<std::size_t>(nv)].inst[i]}, json{{"dim", dim}, {"parts", C.dp}, {"index", kk}}, extra);
         }
@@ -247,7 +248,7 @@ int Parallelizer::dpGather(int vi) {
             ins.push_back(src.inst[static_cast<std::size_t>(kk * G() + t)]);
             outs.push_back(versions[static_cast<std::size_t>(nv)].inst[static_cast<std::size_t>(kk * G() + t)]);
         }
-        json extra = compact() ? json{{"across_replicas", true}} : json::object();
+        json extra = acrossFlags(true, true);
         emitCollective(name + ".dp_all_gather@r" + std::to_string(group[0]), "all_gather", group, -1, src.logical, ins, outs,
                        json{{"dim", src.pl.lane.dim}}, extra);
     }

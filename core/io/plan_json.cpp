@@ -4,6 +4,7 @@
 // plan_writer.cpp.
 #include "io/plan_json.hpp"
 #include "io/plan_reader.hpp"
+#include "io/plan_members.hpp"
 #include "pickle/pickle.hpp"
 
 #include <algorithm>
@@ -298,6 +299,24 @@ std::string lineColumn(const std::string& text, std::size_t byte) {
 
 }  // namespace
 
+namespace {
+
+/// Members stored once are written out first (plan_members.hpp); the reader validates the result,
+/// reporting problems at the file's entries.
+PlanLoadResult readWithMembers(const json& doc, const RepeatOrigins* origins) {
+    auto x = expandMembers(doc, origins);
+    if (!x.problems.empty()) {
+        PlanLoadResult r;
+        r.problems = std::move(x.problems);
+        return r;
+    }
+    auto r = Reader(x.doc, &x.origins).run();
+    if (r.plan) r.plan->membersStoredOnce = x.members;
+    return r;
+}
+
+}  // namespace
+
 PlanLoadResult readPlanJson(const json& doc) {
     // Every integer of a plan (dims, ranks, indices, attributes, repeat counts and shifts) is read
     // as 64-bit signed: one past that range would wrap to another value (2^64 - 1 read as -1, a
@@ -323,7 +342,8 @@ PlanLoadResult readPlanJson(const json& doc) {
                     r.problems.push_back({ptr + "/" + std::to_string(i) + "/repeat", "repeat entries need \"version\": 3"});
         }
         if (!r.problems.empty()) return r;
-        return Reader(doc).run();
+        if (!storesMembersOnce(doc)) return Reader(doc).run();
+        return readWithMembers(doc, nullptr);
     }
     auto expanded = expandRepeats(doc);
     if (!expanded.problems.empty()) {
@@ -331,7 +351,7 @@ PlanLoadResult readPlanJson(const json& doc) {
         r.problems = std::move(expanded.problems);
         return r;
     }
-    auto r = Reader(expanded.doc, &expanded.origins).run();
+    auto r = storesMembersOnce(expanded.doc) ? readWithMembers(expanded.doc, &expanded.origins) : Reader(expanded.doc, &expanded.origins).run();
     if (r.plan) r.plan->storedWithRepeats = true;
     return r;
 }

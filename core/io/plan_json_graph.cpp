@@ -120,6 +120,10 @@ void Reader::readGraph(const json& obj, const std::string& base, Graph& g, bool 
         OpInfo info;
         info.name = plan_->names.intern(name);
         std::string who = "op \"" + name + "\"";
+        // Written out by expandMembers when the plan stores members once; anywhere else a mistake.
+        for (const char* key : {"across_members", "index_from_member"})
+            if (o.contains(key))
+                fail(path + "/" + key, who + ": " + key + " is for plans storing one member of each expert-parallel group (\"replicas\": {\"members\": N})");
         if (g.opByName.count(info.name)) {
             fail(path + "/id", "duplicate op id \"" + name + "\"");
             continue;

@@ -21,6 +21,10 @@ void Reader::readLineage(const json& lin) {
             fail(path, "a lineage record must be an object");
             continue;
         }
+        if (r.contains("members")) {
+            fail(path + "/members", "\"members\" is for plans storing one member of each expert-parallel group (\"replicas\": {\"members\": N})");
+            continue;
+        }
         rejectUnknownKeys(r, path, {"logical", "slices", "replicas"}, "lineage record");
         auto* ln = stringMember(r, "logical", path);
         auto* slices = arrayMember(r, "slices", path);

@@ -92,11 +92,9 @@ void renameEntry(json& e, const Rename& rename, std::int64_t rankShift) {
     }
 }
 
-/// What a value costs in memory, about: the bytes of its strings and keys, and a node's size for
-/// every value (a number or an empty array costs as much as a short string). Iterative: no
-/// recursion on the file's nesting. Counting strings alone let a repeated entry carrying a
-/// 500,000-number array, or one nested 250 deep, write out gigabytes.
-std::size_t footprint(const json& v) {
+}  // namespace
+
+std::size_t jsonFootprint(const json& v) {
     constexpr std::size_t kNode = 48;  // a json value, its allocation and its container slot
     std::size_t n = 0;
     std::vector<const json*> todo{&v};
@@ -117,8 +115,6 @@ std::size_t footprint(const json& v) {
     }
     return n;
 }
-
-}  // namespace
 
 // ----- reading ------------------------------------------------------------------------------
 
@@ -244,7 +240,7 @@ RepeatExpansion expandRepeats(const json& doc) {
             Rename rename(std::move(pairs));
             std::size_t need = 0;  // the whole repeat, before any of it is copied
             for (std::int64_t t = from; t < from + count && bytes + need <= kMaxExpandedBytes; ++t)
-                need += footprint(out[static_cast<std::size_t>(t)]) * growth;
+                need += jsonFootprint(out[static_cast<std::size_t>(t)]) * growth;
             if (bytes + need > kMaxExpandedBytes) {
                 fail(path, "the repeats write out more than " + std::to_string(kMaxExpandedBytes >> 20) + " MiB of entries");
                 return r;
@@ -253,7 +249,7 @@ RepeatExpansion expandRepeats(const json& doc) {
                 const auto& source = out[static_cast<std::size_t>(t)];
                 json copy = source;
                 renameEntry(copy, rename, shift);
-                bytes += footprint(copy);
+                bytes += jsonFootprint(copy);
                 out.push_back(std::move(copy));
                 origins.push_back({path, t});
             }

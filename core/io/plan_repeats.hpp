@@ -68,6 +68,12 @@ inline constexpr std::size_t kMaxExpandedEntries = std::size_t(1) << 22;
 /// write out.
 inline constexpr std::size_t kMaxExpandedBytes = std::size_t(1) << 30;
 
+/// What a value costs in memory, about: the bytes of its strings and keys, and a node's size for
+/// every value (a number or an empty array costs as much as a short string). Iterative: no
+/// recursion on the file's nesting. Counting strings alone let a repeated entry carrying a
+/// 500,000-number array, or one nested 250 deep, write out gigabytes.
+std::size_t jsonFootprint(const nlohmann::json& v);
+
 /// The arrays that may hold repeats, as JSON pointers, and whether their entries carry ranks.
 const std::vector<std::pair<std::string, bool>>& repeatableArrays();
 

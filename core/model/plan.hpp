@@ -247,6 +247,9 @@ public:
     Replication replication;  ///< active: the parallel graph and lineage hold replica 0 only
     /// Read from (or to be written as) a version 3 file: the writer stores repeated blocks once.
     bool storedWithRepeats = false;
+    /// Read from a file that stored one member of each expert-parallel group (plan-format.md §7.3):
+    /// the group's size. The plan holds the members written out (the group listed).
+    std::int32_t membersStoredOnce = 1;
 
     /// Source lines of ops, by op name (a side table: most plans have none, and the ops of plans
     /// with hundreds of millions of ops stay as small as they were). `sourceLines` holds each

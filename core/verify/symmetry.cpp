@@ -34,13 +34,14 @@ WrittenOutCounts writtenOutCounts(const Plan& plan) {
     return c;
 }
 
-std::string storedOnce(const Replication& r) {
+std::string storedOnce(const Replication& r, std::int32_t membersStoredOnce) {
     std::string s;
+    if (membersStoredOnce > 1) s = "one member of each group in the file, written out: ";
     if (r.listedDp > 1)
-        s = "one group of " + std::to_string(r.listedDp) + " replicas of " + std::to_string(r.degree * r.listedDp) +
+        s += "one group of " + std::to_string(r.listedDp) + " replicas of " + std::to_string(r.degree * r.listedDp) +
             (r.degree > 1 ? " (" + std::to_string(r.degree) + " groups)" : std::string());
     else if (r.degree > 1)
-        s = "one replica of " + std::to_string(r.degree);
+        s += "one replica of " + std::to_string(r.degree);
     if (r.microbatches > 1) s += (s.empty() ? "" : ", ") + std::string("microbatch 0 of ") + std::to_string(r.microbatches);
     return s;
 }

@@ -40,8 +40,9 @@ struct WrittenOutCounts {
 WrittenOutCounts writtenOutCounts(const Plan& plan);
 
 /// "one replica of 16, microbatch 0 of 32" (what a plan stored with replicas lists; "one group of
-/// 8 replicas of 16 (2 groups)" when it lists a group).
-std::string storedOnce(const Replication& r);
+/// 8 replicas of 16 (2 groups)" when it lists a group). `membersStoredOnce` above 1: the file
+/// stored one member of each group (Plan::membersStoredOnce), which the reader wrote out.
+std::string storedOnce(const Replication& r, std::int32_t membersStoredOnce = 1);
 
 /// A logical tensor of a stage replica 0 proves alone that is split across the lanes: along
 /// `dim`, in `lanes` equal parts, of which the stored lane holds the first.

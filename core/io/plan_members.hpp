@@ -1,0 +1,45 @@
+// Plan file format, version 2 and 3: an expert-parallel group's members stored once.
+//
+// With `"replicas": {"axis": "dp", "members": N}` the file lists one data-parallel rank, member 0
+// of the first expert-parallel group (N consecutive data-parallel ranks holding different experts
+// and exchanging tokens), and says how the other members follow from it:
+//   - member j runs every listed op on its rank + j * R' (R' ranks per data-parallel rank), every
+//     collective on its group shifted likewise;
+//   - a collective with "across_members": true runs once over the group's N members (member 0's
+//     part listed), as "across_replicas" runs once over the replicas;
+//   - a chunk with "index_from_member": true takes member j's part (index + j * parts / N, or,
+//     indexed by replica too, + j * parts / dp);
+//   - each lineage record says in "members" how it repeats: "copies", "sum", or {"split_dim": d}
+//     (member j's slices shifted by j * n / N along d, or j * n / (N * lanes) when the record's
+//     "replicas" splits the same dim over that many lanes: the members' parts lie inside their
+//     lane's, member-major).
+// The reader writes the members out (expandMembers) into the form with the group listed
+// ("listed": N, plan-format.md §7), before anything else looks at the plan: a stored-once plan
+// means exactly that written-out plan, which the reader then validates and the verifier checks.
+// docs/plan-format.md §7.3 is the specification.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "io/plan_repeats.hpp"
+
+namespace tv {
+
+struct MemberExpansion {
+    nlohmann::json doc;                 ///< the document with the members written out
+    RepeatOrigins origins;              ///< where each written-out entry came from in the file
+    std::vector<PlanProblem> problems;  ///< malformed member fields; doc is unusable when not empty
+    std::int32_t members = 1;           ///< N, or 1 when the file stores no members once
+};
+
+/// True when the document's replicas store one member of each expert-parallel group.
+bool storesMembersOnce(const nlohmann::json& doc);
+
+/// Writes out the members of a document whose replicas store one member ("members": N). `from`
+/// (optional) maps the document's entries to the file's (a version 3 file's repeats).
+MemberExpansion expandMembers(const nlohmann::json& doc, const RepeatOrigins* from);
+
+}  // namespace tv
