@@ -99,9 +99,9 @@ MemberExpansion expandMembers(const json& doc, const RepeatOrigins* from) {
         for (const auto& e : doc.at(jp)) bytes += jsonFootprint(e);
         entries += doc.at(jp).size();
     }
-    if (bytes > kMaxExpandedBytes / static_cast<std::size_t>(N) || entries > kMaxExpandedEntries / static_cast<std::size_t>(N)) {
+    if (bytes > kMaxMemberBytes / static_cast<std::size_t>(N) || entries > kMaxMemberEntries / static_cast<std::size_t>(N)) {
         fail(rpath + "/members", "written out, the " + std::to_string(N) + " members would take more than " +
-                                     std::to_string(kMaxExpandedBytes >> 20) + " MiB or " + std::to_string(kMaxExpandedEntries) +
+                                     std::to_string(kMaxMemberBytes >> 20) + " MiB or " + std::to_string(kMaxMemberEntries) +
                                      " entries (this build checks an expert-parallel group written out)");
         return x;
     }

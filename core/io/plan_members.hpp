@@ -35,6 +35,11 @@ struct MemberExpansion {
     std::int32_t members = 1;           ///< N, or 1 when the file stores no members once
 };
 
+/// At most this many parallel tensors, ops and records, and this much memory (jsonFootprint), in
+/// the members written out: the group listed, as a file listing it would have held it.
+inline constexpr std::size_t kMaxMemberEntries = std::size_t(1) << 23;
+inline constexpr std::size_t kMaxMemberBytes = std::size_t(4) << 30;
+
 /// True when the document's replicas store one member of each expert-parallel group.
 bool storesMembersOnce(const nlohmann::json& doc);
 

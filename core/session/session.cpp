@@ -8,6 +8,7 @@
 #include <functional>
 
 #include "explore/verified_view.hpp"
+#include "io/plan_repeats.hpp"
 #include "nnscaler/nnscaler_pair.hpp"
 #include "torch/torch_pair.hpp"
 #include "verify/report_html.hpp"
@@ -201,13 +202,20 @@ GeneratedPlan generatePlan(const gen::GenerateOptions& options) {
     auto written = options;
     if (written.format == 3) written.format = 2;
     // Everything written goes through the validating reader and the canonical writer.
-    auto read = readPlanJson(gen::generatePlan(written));
+    auto doc = gen::generatePlan(written);
+    auto read = readPlanJson(doc);
     if (!read.ok()) {
         g.problems = std::move(read.problems);
         return g;
     }
     read.plan->storedWithRepeats = options.format == 3;
-    g.text = writePlanText(*read.plan);
+    // One member of each expert-parallel group stored (plan-format.md §7.3): the plan as read
+    // holds the group written out, which the canonical writer would list; the file keeps the
+    // generator's document, just read and accepted, with its repeats found.
+    if (read.plan->membersStoredOnce > 1)
+        g.text = (options.format == 3 ? compressRepeats(std::move(doc)) : std::move(doc)).dump(1) + "\n";
+    else
+        g.text = writePlanText(*read.plan);
     g.plan = std::move(read.plan);
     g.seconds = secondsSince(t0);
     return g;
