@@ -74,7 +74,8 @@ static void storedAgreesWithWrittenOut(const Plan& plan, const QString& failingO
     QCOMPARE(stored(asStored.failure->parallelOp), stored(writtenOut.failure->parallelOp));
     QVERIFY2(QString::fromStdString(asStored.failure->parallelOp).contains(failingOp), asStored.failure->parallelOp.c_str());
     QCOMPARE(QString::fromStdString(asStored.failure->tensor), QString::fromStdString(writtenOut.failure->tensor));
-    const auto S = plan.replication.ranksPerReplica;
+    // Within the stored replica (one member of each group stored: within the member).
+    const auto S = plan.replication.members > 1 ? plan.replication.memberRanks : plan.replication.ranksPerReplica;
     QCOMPARE(asStored.failure->rank % S, writtenOut.failure->rank % S);
 }
 
@@ -225,6 +226,123 @@ private slots:
         QCOMPARE(plan->replication.listedDp, 2);
         QCOMPARE(plan->replication.degree, 2);
         storedAgreesWithWrittenOut(*plan, failingOp);
+    }
+
+    // The same plan read as the generator stores it, one member of each group (plan-format.md
+    // §7.3), and verified so: a stage every member runs alike proven on member 0 (and on the
+    // stored lane), the dispatch, the combine and the experts' norm written out over the members,
+    // the reducers over everything. Verdict and failing stored op agree with the plan written
+    // out, correct and with a mutation in each kind of op: a member's experts (every member's,
+    // stored once), the expert and the dense reducers, the norm's all-reduce over the members.
+    void membersStoredOnceMatchWrittenOut_data() {
+        QTest::addColumn<Mutation>("mutate");
+        QTest::addColumn<QString>("failingOp");  // empty: equivalent
+        auto row = [](const char* name, Mutation m, const char* op) { QTest::newRow(name) << m << QString(op); };
+        row("correct", [](json&) {}, "");
+        row("the experts' activation", [](json& d) { opNamed(d, "layers.1.moe.experts.silu@r0")["op"] = "relu"; }, "layers.1.moe.experts.silu@r0");
+        row("the experts' gate times up", [](json& d) { opNamed(d, "layers.1.moe.experts.swiglu@r0")["op"] = "add"; }, "layers.1.moe.experts.swiglu@r0");
+        row("expert gradient summed over its replicas", [](json& d) {
+                opNamed(d, "bw.layers.1.moe.experts.w1.matmul.2.edp_allreduce@r0")["attrs"]["reduce"] = "sum";
+            }, "bw.layers.1.moe.experts.w1.matmul.2.edp_allreduce@r0");
+        row("experts' squared norm averaged over the members", [](json& d) {
+                for (auto& op : d["parallel"]["ops"])
+                    if (op.value("across_members", false) && !op.value("across_replicas", false) && op["op"] == "all_reduce") {
+                        op["attrs"]["reduce"] = "mean";
+                        return;
+                    }
+                qFatal("no all-reduce across members");
+            }, "ep_allreduce");
+    }
+    void membersStoredOnceMatchWrittenOut() {
+        QFETCH(Mutation, mutate);
+        QFETCH(QString, failingOp);
+        gen::GenerateOptions o;
+        o.model = "deepseek";
+        o.layers = 2;
+        o.hidden = 32;
+        o.heads = o.kvHeads = 4;
+        o.ffn = o.vocab = 32;
+        o.seq = 4;
+        o.dp = 4;
+        o.ep = 2;
+        o.microbatches = 2;
+        o.zero = 1;
+        o.clipGrad = "1";
+        o.format = 2;
+        auto doc = gen::generatePlan(o);
+        QCOMPARE(doc["parallel"]["replicas"].value("members", 0), 2);
+        mutate(doc);
+        auto res = readPlanJson(doc, ReadOptions{true});
+        QVERIFY(res.ok());
+        const auto& plan = *res.plan;
+        QCOMPARE(plan.replication.members, 2);
+        QCOMPARE(plan.replication.degree, 2);
+        QCOMPARE(plan.replication.listedDp, 1);
+        // Stages proven on the stored member, stages written out over the members only, and
+        // stages written out whole: each kind is there.
+        const auto sp = cutStages(plan);
+        int onMember = 0, overMembers = 0, whole = 0;
+        for (const auto& st : sp.stages) {
+            if (provenByReplicaZero(plan, st)) ++onMember;
+            else if (provenAlongReplicas(plan, st)) ++overMembers;
+            else ++whole;
+        }
+        QVERIFY2(onMember > overMembers && overMembers > 0 && whole > 0,
+                 (std::to_string(onMember) + " " + std::to_string(overMembers) + " " + std::to_string(whole)).c_str());
+        storedAgreesWithWrittenOut(plan, failingOp);
+        // The writer keeps the stored form, and the reader reads it back the same.
+        auto again = readPlanJson(writePlanJson(plan), ReadOptions{true});
+        QVERIFY(again.ok());
+        QCOMPARE(writePlanText(*again.plan), writePlanText(plan));
+    }
+
+    // What a plan storing one member of each group means is its members written out: on the
+    // document by the reader (expandMembers), on a plan read as stored by the verifier
+    // (writeOutMembers). The two give the same plan, op for op and slice for slice.
+    void memberWriteOutsAgree_data() {
+        QTest::addColumn<int>("dp");
+        QTest::addColumn<int>("tp");
+        QTest::addColumn<int>("ep");
+        QTest::addColumn<int>("zero");
+        QTest::addColumn<QString>("clip");
+        QTest::newRow("dp4 ep2 zero1 clipped") << 4 << 1 << 2 << 1 << "1";
+        QTest::newRow("dp8 tp2 ep4 etp2 zero2") << 8 << 2 << 4 << 2 << "";
+        QTest::newRow("dp2 ep2 zero3: one group") << 2 << 1 << 2 << 3 << "";
+    }
+    void memberWriteOutsAgree() {
+        QFETCH(int, dp);
+        QFETCH(int, tp);
+        QFETCH(int, ep);
+        QFETCH(int, zero);
+        QFETCH(QString, clip);
+        gen::GenerateOptions o;
+        o.model = "deepseek";
+        o.layers = 2;
+        o.hidden = 32;
+        o.heads = o.kvHeads = 4;
+        o.ffn = o.vocab = 32;
+        o.seq = 4;
+        o.dp = dp;
+        o.tp = tp;
+        o.ep = ep;
+        o.microbatches = 2;
+        o.zero = zero;
+        o.clipGrad = clip.toStdString();
+        o.format = 2;
+        const auto doc = gen::generatePlan(o);
+        QCOMPARE(doc["parallel"]["replicas"].value("members", 0), ep);
+        auto listed = readPlanJson(doc);
+        auto stored = readPlanJson(doc, ReadOptions{true});
+        QVERIFY(listed.ok() && stored.ok());
+        QCOMPARE(stored.plan->replication.members, ep);
+        QCOMPARE(listed.plan->replication.listedDp, ep);
+        const auto written = writeOutMembers(*stored.plan, nullptr, nullptr);
+        QCOMPARE(written.replication.listedDp, ep);
+        QCOMPARE(written.replication.members, 1);
+        QCOMPARE(written.parallel.ops.size(), listed.plan->parallel.ops.size());
+        QCOMPARE(writePlanText(written), writePlanText(*listed.plan));
+        // And the whole plan written out, from either.
+        QCOMPARE(writePlanText(expandReplicas(*stored.plan)), writePlanText(expandReplicas(*listed.plan)));
     }
 
     // Which stages replica 0 proves alone in a dp2 tp2 plan: the forward and backward data path,

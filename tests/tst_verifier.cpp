@@ -22,7 +22,8 @@ namespace {
 std::string examplesDir() { return std::string(TV_SOURCE_DIR) + "/resources/examples"; }
 
 std::unique_ptr<Plan> loadPlan(const json& doc) {
-    auto res = readPlanJson(doc);
+    // As the command line reads a plan to verify: one member of each group stays stored.
+    auto res = readPlanJson(doc, ReadOptions{true});
     if (!res.ok()) throw std::runtime_error(res.problems[0].toString());
     return std::move(res.plan);
 }

@@ -38,7 +38,7 @@ int verifyCommand(const Args& args) {
     if (!pair && path.empty()) return usageError("verify needs a plan file (or --logical Gs.pkl --parallel Gp.pkl, or --logical G.py --parallel G.r0.py G.r1.py ...)");
     limitMemory(opts.memoryMiB, opts.jobs);
     RunGuard guard(opts.runSeconds);
-    auto opened = pair ? session::openPair(logicalPath, parallelPaths, relationsPath) : session::openPlanFile(path);
+    auto opened = pair ? session::openPair(logicalPath, parallelPaths, relationsPath) : session::openPlanFile(path, ReadOptions{true});
     VerifyReport report = opened.ok() ? verifyGuarded(*opened.opened->plan, opts, guard) : std::move(opened.refusal);
     guard.runFinished();
     report.timing.load = opened.seconds;

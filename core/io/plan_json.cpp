@@ -124,7 +124,8 @@ void Reader::readAll() {
     if (bad()) return;
     // A plan stored with replicas lists replica 0: its tensors and ops use ranks [0, ranksPerReplica).
     auto allRanks = plan_->ranks;
-    if (plan_->replication.active()) plan_->ranks.resize(static_cast<std::size_t>(plan_->replication.ranksPerReplica));
+    if (plan_->replication.active())
+        plan_->ranks.resize(static_cast<std::size_t>(plan_->replication.members > 1 ? plan_->replication.memberRanks : plan_->replication.ranksPerReplica));
     readGraph(*logical, "/logical", plan_->logical, false);
     readGraph(*parallel, "/parallel", plan_->parallel, true);
     if (!bad())
@@ -139,7 +140,7 @@ void Reader::readReplicas(const json& par) {
         fail("/parallel/replicas", "\"replicas\" needs \"version\": 2");
         return;
     }
-    rejectUnknownKeys(*r, "/parallel/replicas", {"axis", "microbatches", "listed"}, "replicas");
+    rejectUnknownKeys(*r, "/parallel/replicas", {"axis", "microbatches", "listed", "members"}, "replicas");
     auto* axis = stringMember(*r, "axis", "/parallel/replicas");
     if (!axis) return;
     if (axis->get<std::string>() != "dp") {
@@ -163,14 +164,30 @@ void Reader::readReplicas(const json& par) {
     // group, whose members hold different experts), and it repeats dp / listed times.
     std::int64_t listed = 1;
     if (r->contains("listed") && !intMember(*r, "listed", "/parallel/replicas", listed, true, 1, 1 << 20)) return;
+    // "members" (read as stored; plan-format.md §7.3): one member of each group of `members`
+    // data-parallel ranks; the groups are the replicas, as with "listed".
+    std::int64_t members = 1;
+    if (r->contains("members")) {
+        if (!keepMembers_) {
+            fail("/parallel/replicas/members", "internal error: members stored once reach the reader unwritten");
+            return;
+        }
+        if (!intMember(*r, "members", "/parallel/replicas", members, true, 2, 1 << 20)) return;
+        if (r->contains("listed")) {
+            fail("/parallel/replicas/listed", "a plan lists a group of replicas (\"listed\") or stores one member of it (\"members\"), not both");
+            return;
+        }
+        listed = members;
+    }
+    const std::string key = members > 1 ? "members" : "listed";
     if (dpRanks % listed != 0) {
-        fail("/parallel/replicas/listed", "\"listed\" " + std::to_string(listed) + " does not divide dp " + std::to_string(dpRanks) +
+        fail("/parallel/replicas/" + key, "\"" + key + "\" " + std::to_string(listed) + " does not divide dp " + std::to_string(dpRanks) +
                                               " (the stored group of data-parallel ranks repeats dp / listed times)");
         return;
     }
     const auto D = static_cast<std::int32_t>(dpRanks / listed);
     if (D < 2 && !microbatches) {
-        fail("/parallel/replicas", listed > 1 ? "\"listed\" " + std::to_string(listed) + " is every data-parallel rank (dp " + std::to_string(dpRanks) +
+        fail("/parallel/replicas", listed > 1 ? "\"" + key + "\" " + std::to_string(listed) + " is every data-parallel rank (dp " + std::to_string(dpRanks) +
                                                     "): one group stores nothing once; list fewer ranks, or store the microbatches once"
                                               : std::string("replicas need a mesh with dp of 2 or more (or microbatches stored once)"));
         return;
@@ -199,6 +216,11 @@ void Reader::readReplicas(const json& par) {
             return;
         }
     plan_->replication = Replication{D, S, microbatches ? plan_->microbatches : 1, static_cast<std::int32_t>(listed)};
+    if (members > 1) {
+        plan_->replication.listedDp = 1;
+        plan_->replication.members = static_cast<std::int32_t>(members);
+        plan_->replication.memberRanks = perDpRank;
+    }
 }
 
 void Reader::readMesh(const json& par) {
@@ -317,7 +339,7 @@ PlanLoadResult readWithMembers(const json& doc, const RepeatOrigins* origins) {
 
 }  // namespace
 
-PlanLoadResult readPlanJson(const json& doc) {
+PlanLoadResult readPlanJson(const json& doc, const ReadOptions& options) {
     // Every integer of a plan (dims, ranks, indices, attributes, repeat counts and shifts) is read
     // as 64-bit signed: one past that range would wrap to another value (2^64 - 1 read as -1, a
     // valid rank shift or constant), so the whole document is checked once, before anything reads it.
@@ -343,6 +365,7 @@ PlanLoadResult readPlanJson(const json& doc) {
         }
         if (!r.problems.empty()) return r;
         if (!storesMembersOnce(doc)) return Reader(doc).run();
+        if (options.keepMembersStored) return Reader(doc, nullptr, true).run();
         return readWithMembers(doc, nullptr);
     }
     auto expanded = expandRepeats(doc);
@@ -351,12 +374,13 @@ PlanLoadResult readPlanJson(const json& doc) {
         r.problems = std::move(expanded.problems);
         return r;
     }
-    auto r = storesMembersOnce(expanded.doc) ? readWithMembers(expanded.doc, &expanded.origins) : Reader(expanded.doc, &expanded.origins).run();
+    auto r = storesMembersOnce(expanded.doc) && !options.keepMembersStored ? readWithMembers(expanded.doc, &expanded.origins)
+                                                                            : Reader(expanded.doc, &expanded.origins, options.keepMembersStored).run();
     if (r.plan) r.plan->storedWithRepeats = true;
     return r;
 }
 
-PlanLoadResult readPlanText(const std::string& text) {
+PlanLoadResult readPlanText(const std::string& text, const ReadOptions& options) {
     if (pickle::looksLikePickle(text)) {
         PlanLoadResult r;
         r.problems.push_back({"", "this is a Python pickle (an nnScaler plan?), not a JSON plan: an nnScaler plan is read as a pair, "
@@ -410,10 +434,10 @@ PlanLoadResult readPlanText(const std::string& text) {
         r.problems.push_back({"", printableMessage("malformed JSON: " + what)});
         return r;
     }
-    return readPlanJson(doc);
+    return readPlanJson(doc, options);
 }
 
-PlanLoadResult readPlanFile(const std::string& path) {
+PlanLoadResult readPlanFile(const std::string& path, const ReadOptions& options) {
     std::ifstream in(path, std::ios::binary);
     if (!in) {
         PlanLoadResult r;
@@ -422,7 +446,7 @@ PlanLoadResult readPlanFile(const std::string& path) {
     }
     std::ostringstream ss;
     ss << in.rdbuf();
-    return readPlanText(ss.str());
+    return readPlanText(ss.str(), options);
 }
 
 }  // namespace tv

@@ -23,9 +23,16 @@ struct PlanLoadResult {
 /// At most this many problems are reported for one file.
 inline constexpr std::size_t kMaxProblems = 20;
 
-PlanLoadResult readPlanText(const std::string& text);
-PlanLoadResult readPlanJson(const nlohmann::json& doc);
-PlanLoadResult readPlanFile(const std::string& path);
+struct ReadOptions {
+    /// A plan storing one member of each expert-parallel group (plan-format.md §7.3) is read as
+    /// stored (Replication::members), as the verifier checks it; by default its members are
+    /// written out into the group listed, the form the explorer, the bug lab and the oracle read.
+    bool keepMembersStored = false;
+};
+
+PlanLoadResult readPlanText(const std::string& text, const ReadOptions& options = {});
+PlanLoadResult readPlanJson(const nlohmann::json& doc, const ReadOptions& options = {});
+PlanLoadResult readPlanFile(const std::string& path, const ReadOptions& options = {});
 
 nlohmann::json writePlanJson(const Plan& plan);
 /// The same, finding repeated blocks (version 3) only when `findRepeats`: a document whose

@@ -120,10 +120,22 @@ void Reader::readGraph(const json& obj, const std::string& base, Graph& g, bool 
         OpInfo info;
         info.name = plan_->names.intern(name);
         std::string who = "op \"" + name + "\"";
-        // Written out by expandMembers when the plan stores members once; anywhere else a mistake.
+        // Only in the parallel graph of a plan storing one member of each group (read as stored;
+        // otherwise expandMembers has written them out).
+        const bool memberPlan = parallel && plan_->replication.members > 1;
         for (const char* key : {"across_members", "index_from_member"})
-            if (o.contains(key))
+            if (o.contains(key) && !memberPlan)
                 fail(path + "/" + key, who + ": " + key + " is for plans storing one member of each expert-parallel group (\"replicas\": {\"members\": N})");
+        auto flag = [&](const char* key) {
+            auto it = o.find(key);
+            if (it == o.end() || !memberPlan) return false;
+            if (!it->is_boolean()) {
+                fail(path + "/" + key, who + ": " + key + " is true or false");
+                return false;
+            }
+            return it->get<bool>();
+        };
+        const bool acrossMembers = flag("across_members"), indexFromMember = flag("index_from_member");
         if (g.opByName.count(info.name)) {
             fail(path + "/id", "duplicate op id \"" + name + "\"");
             continue;
@@ -164,6 +176,8 @@ void Reader::readGraph(const json& obj, const std::string& base, Graph& g, bool 
         }
         for (auto it = o.begin(); it != o.end(); ++it) {
             static const std::vector<std::string> known = {"id", "op", "inputs", "outputs", "attrs", "phase", "rank", "group", "microbatch", "across_replicas", "index_from_replica", "across_microbatches", "source"};
+            // across_members and index_from_member are checked above (member plans only).
+            if (it.key() == "across_members" || it.key() == "index_from_member") continue;
             if (std::find(known.begin(), known.end(), it.key()) == known.end())
                 fail(path + "/" + it.key(), who + ": unknown op key \"" + it.key() + "\"");
         }
@@ -246,6 +260,12 @@ void Reader::readGraph(const json& obj, const std::string& base, Graph& g, bool 
                                                                     std::to_string(want));
                 }
                 info.group = plan_->internGroup(group);
+                info.acrossMembers = acrossMembers;
+                // Across members the collective's operands are each member's, rank by rank.
+                if (acrossMembers && (spec.collectiveInputs(n) != n || spec.collectiveOutputs(n) != n))
+                    fail(path + "/across_members", who + ": across_members is for collectives with one input and one output per rank (" +
+                                                       std::string(spec.name) + " has not)");
+                if (indexFromMember) fail(path + "/index_from_member", who + ": index_from_member is for chunk ops");
                 if (o.contains("index_from_replica"))
                     fail(path + "/index_from_replica", who + ": index_from_replica is for chunk ops in a plan stored with replicas");
                 if (auto it = o.find("across_replicas"); it != o.end()) {
@@ -266,6 +286,27 @@ void Reader::readGraph(const json& obj, const std::string& base, Graph& g, bool 
                                                                        "tensors of no microbatch (accumulate " + tensorLabel(g, ins[k]) + " first)");
             } else {
                 if (o.contains("across_replicas")) fail(path + "/across_replicas", who + ": only collectives run across replicas");
+                if (acrossMembers) fail(path + "/across_members", who + ": across_members is for collectives (ops with a \"group\")");
+                if (indexFromMember) {
+                    // Member j takes index + j * parts / members; with index_from_replica as well,
+                    // data-parallel rank g * members + j takes part g * members + j.
+                    const auto N = plan_->replication.members, D = plan_->replication.degree;
+                    const auto byIt = o.find("index_from_replica");
+                    const bool byReplica = byIt != o.end() && byIt->is_boolean() && byIt->get<bool>();
+                    const bool ok = spec.name == "chunk" && attrs.contains("parts") && attrs["parts"].is_number_integer() && attrs.contains("index") &&
+                                    attrs["index"].is_number_integer();
+                    const auto p = ok ? attrs["parts"].get<std::int64_t>() : 0, k = ok ? attrs["index"].get<std::int64_t>() : 0;
+                    if (!ok)
+                        fail(path + "/index_from_member", who + ": index_from_member is for chunk ops (with integer \"parts\" and \"index\")");
+                    else if (byReplica ? (p != std::int64_t(D) * N || k != 0) : (p < N || p % N != 0 || k < 0 || k >= p / N))
+                        fail(path + "/index_from_member",
+                             byReplica ? who + ": a chunk indexed by replica and member has parts dp (" + std::to_string(std::int64_t(D) * N) +
+                                             ") and is listed with index 0: data-parallel rank g * members + j takes part g * members + j"
+                                       : who + ": a chunk indexed by member has parts a multiple of members (" + std::to_string(N) +
+                                             ") and member 0's index, below parts / members: member j takes index + j * parts / members");
+                    else
+                        info.indexFromMember = true;
+                }
                 if (auto it = o.find("across_microbatches"); it != o.end()) {
                     if (!it->is_boolean())
                         fail(path + "/across_microbatches", who + ": across_microbatches is true or false");
@@ -289,8 +330,12 @@ void Reader::readGraph(const json& obj, const std::string& base, Graph& g, bool 
                         ;
                     else if (!plan_->replication.active() || spec.name != "chunk")
                         fail(path + "/index_from_replica", who + ": index_from_replica is for chunk ops in a plan stored with replicas");
+                    else if (indexFromMember)
+                        info.indexFromReplica = true;  // with the member's index: checked above
                     else if (!attrs.contains("parts") || !attrs["parts"].is_number_integer() || !attrs.contains("index") ||
-                             !attrs["index"].is_number_integer() || !chunkByReplicaOk(attrs["parts"].get<std::int64_t>(), attrs["index"].get<std::int64_t>(), D, plan_->replication.listedDp))
+                             !attrs["index"].is_number_integer() ||
+                             !chunkByReplicaOk(attrs["parts"].get<std::int64_t>(), attrs["index"].get<std::int64_t>(), D,
+                                               std::max(plan_->replication.listedDp, plan_->replication.members)))
                         fail(path + "/index_from_replica", who + ": a chunk indexed by replica has parts " + std::to_string(D) +
                                                                " (the replicas) and is listed with index 0" +
                                                                (plan_->replication.listedDp > 1 ? ", or parts dp (" + std::to_string(D * plan_->replication.listedDp) +
@@ -346,10 +391,13 @@ void Reader::readGraph(const json& obj, const std::string& base, Graph& g, bool 
         // A collective across replicas lists replica 0's part: its shapes are checked over the
         // whole group (every replica's operands have replica 0's shapes).
         auto acrossIt = o.find("across_replicas");
-        if (spec.collective && plan_->replication.active() && acrossIt != o.end() && acrossIt->is_boolean() && acrossIt->get<bool>()) {
+        const bool acrossAll = spec.collective && plan_->replication.active() && acrossIt != o.end() && acrossIt->is_boolean() && acrossIt->get<bool>();
+        if (acrossAll || (spec.collective && acrossMembers)) {
+            // Over the members of a group too: member by member, then group by group.
             auto in1 = inShapes, out1 = outShapes;
             auto ty1 = inTypes;
-            for (std::int32_t k = 1; k < plan_->replication.degree; ++k) {
+            const std::int32_t copies = (acrossAll ? plan_->replication.degree : 1) * (acrossMembers ? plan_->replication.members : 1);
+            for (std::int32_t k = 1; k < copies; ++k) {
                 inShapes.insert(inShapes.end(), in1.begin(), in1.end());
                 outShapes.insert(outShapes.end(), out1.begin(), out1.end());
                 inTypes.insert(inTypes.end(), ty1.begin(), ty1.end());

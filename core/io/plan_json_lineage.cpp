@@ -21,11 +21,13 @@ void Reader::readLineage(const json& lin) {
             fail(path, "a lineage record must be an object");
             continue;
         }
-        if (r.contains("members")) {
+        const bool memberPlan = plan_->replication.members > 1;
+        if (r.contains("members") && !memberPlan) {
             fail(path + "/members", "\"members\" is for plans storing one member of each expert-parallel group (\"replicas\": {\"members\": N})");
             continue;
         }
-        rejectUnknownKeys(r, path, {"logical", "slices", "replicas"}, "lineage record");
+        if (memberPlan) rejectUnknownKeys(r, path, {"logical", "slices", "replicas", "members"}, "lineage record");
+        else rejectUnknownKeys(r, path, {"logical", "slices", "replicas"}, "lineage record");
         auto* ln = stringMember(r, "logical", path);
         auto* slices = arrayMember(r, "slices", path);
         if (!ln || !slices) continue;
@@ -38,6 +40,7 @@ void Reader::readLineage(const json& lin) {
         std::string who = "lineage of \"" + ln->get<std::string>() + "\"";
         Shape full = plan_->shape(L, rec.logical);
         if (!readReplicaMode(r, path, who, full, rec)) continue;
+        if (memberPlan && !readMemberMode(r, path, who, full, rec)) continue;
         auto ldtype = L.tensors[rec.logical].dtype;
         for (std::size_t s = 0; s < slices->size(); ++s) {
             auto sp = path + "/slices/" + std::to_string(s);
@@ -212,6 +215,42 @@ bool Reader::readReplicaMode(const json& r, const std::string& path, const std::
         return true;
     }
     fail(path + "/replicas", who + ": replicas must be " + std::string(hint));
+    return false;
+}
+
+bool Reader::readMemberMode(const json& r, const std::string& path, const std::string& who, Shape& full, LineageRecord& rec) {
+    const auto hint = "\"copies\", \"sum\" or {\"split_dim\": d}";
+    auto it = r.find("members");
+    if (it == r.end()) {
+        fail(path, who + ": with members stored once, every record says how it repeats over the members: \"members\": " + hint);
+        return false;
+    }
+    if (it->is_string() && (*it == "copies" || *it == "sum")) {
+        rec.members = *it == "copies" ? ReplicaMode::Copies : ReplicaMode::Sum;
+        return true;
+    }
+    if (it->is_object() && it->size() == 1 && it->contains("split_dim") && (*it)["split_dim"].is_number_integer()) {
+        const auto d = (*it)["split_dim"].get<std::int64_t>();
+        const auto N = plan_->replication.members;
+        if (d < 0 || d >= static_cast<std::int64_t>(full.size())) {
+            fail(path + "/members/split_dim", who + ": split_dim " + std::to_string(d) + " is not a dim of the record's logical tensor");
+            return false;
+        }
+        // `full` is already the lane's part when the replicas split the same dim: the members'
+        // parts lie inside it.
+        auto& n = full[static_cast<std::size_t>(d)];
+        if (n % N != 0) {
+            fail(path + "/members/split_dim", who + ": dim " + std::to_string(d) + " of size " + std::to_string(n) + " does not split into " +
+                                                  std::to_string(N) + " members");
+            return false;
+        }
+        n /= N;
+        rec.members = ReplicaMode::Split;
+        rec.memberDim = static_cast<std::int32_t>(d);
+        rec.memberStep = n;
+        return true;
+    }
+    fail(path + "/members", who + ": members must be " + std::string(hint));
     return false;
 }
 

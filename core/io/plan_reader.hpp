@@ -24,14 +24,17 @@ struct TooManyProblems {};
 
 class Reader {
 public:
-    explicit Reader(const json& doc, const RepeatOrigins* origins = nullptr)
-        : doc_(doc), origins_(origins), plan_(std::make_unique<Plan>()) {}
+    /// `keepMembers`: a plan storing one member of each expert-parallel group is read as stored
+    /// (Replication::members); otherwise expandMembers has written its members out before.
+    explicit Reader(const json& doc, const RepeatOrigins* origins = nullptr, bool keepMembers = false)
+        : doc_(doc), origins_(origins), keepMembers_(keepMembers), plan_(std::make_unique<Plan>()) {}
 
     PlanLoadResult run();
 
 private:
     const json& doc_;
     const RepeatOrigins* origins_;  ///< version 3: where each written-out entry came from
+    bool keepMembers_ = false;
     std::unique_ptr<Plan> plan_;
 
     /// The path of entry i of an array: in a version 3 file, the entry or repeat it came from.
@@ -77,6 +80,9 @@ private:
     /// A record's "replicas" mode (plans stored with replicas only). For "split_dim" the listed
     /// slices are replica 0's, so they tile the logical tensor with that dim divided by the degree.
     bool readReplicaMode(const json& r, const std::string& path, const std::string& who, Shape& full, LineageRecord& rec);
+    /// A record's "members" mode (plans storing one member of each group, read as stored): for
+    /// "split_dim" the slices are member 0's, tiling `full` with that dim divided by the members.
+    bool readMemberMode(const json& r, const std::string& path, const std::string& who, Shape& full, LineageRecord& rec);
 
     /// Slices must tile the logical box exactly: no two overlap and together they cover it.
     void checkTiling(const LineageRecord& rec, const std::string& path, const std::string& who, const Shape& full);

@@ -43,6 +43,8 @@ json writeGraph(const Plan& p, const Graph& g, bool parallel) {
         if (oi.acrossReplicas) j["across_replicas"] = true;
         if (oi.indexFromReplica) j["index_from_replica"] = true;
         if (oi.acrossMicrobatches) j["across_microbatches"] = true;
+        if (oi.acrossMembers) j["across_members"] = true;
+        if (oi.indexFromMember) j["index_from_member"] = true;
         if (const auto* s = p.opSource(g, o)) {
             json src = {{"file", s->file}, {"line", s->line}};
             if (!s->function.empty()) src["function"] = s->function;
@@ -84,6 +86,7 @@ json writePlanJson(const Plan& p, bool findRepeats) {
         par["replicas"] = json{{"axis", "dp"}};
         if (p.replication.microbatches > 1) par["replicas"]["microbatches"] = true;
         if (p.replication.listedDp > 1) par["replicas"]["listed"] = p.replication.listedDp;
+        if (p.replication.members > 1) par["replicas"]["members"] = p.replication.members;
     }
     doc["parallel"] = std::move(par);
     json lin = json::array();
@@ -108,6 +111,9 @@ json writePlanJson(const Plan& p, bool findRepeats) {
         if (rec.replicas == ReplicaMode::Copies) r["replicas"] = "copies";
         if (rec.replicas == ReplicaMode::Sum) r["replicas"] = "sum";
         if (rec.replicas == ReplicaMode::Split) r["replicas"] = json{{"split_dim", rec.splitDim}};
+        if (rec.members == ReplicaMode::Copies) r["members"] = "copies";
+        if (rec.members == ReplicaMode::Sum) r["members"] = "sum";
+        if (rec.members == ReplicaMode::Split) r["members"] = json{{"split_dim", rec.memberDim}};
         lin.push_back(std::move(r));
     }
     doc["lineage"] = std::move(lin);

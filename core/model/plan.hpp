@@ -119,6 +119,10 @@ struct OpInfo {
     /// In a plan with microbatches stored once: an identity whose output is the sum of its input
     /// over the replica's microbatches (gradient accumulation); written out as a chain of adds.
     bool acrossMicrobatches = false;
+    /// In a plan storing one member of each expert-parallel group: a collective over the group's
+    /// members (member 0's part listed), and a chunk whose index shifts with the member.
+    bool acrossMembers = false;
+    bool indexFromMember = false;
 };
 
 /// One dataflow graph. Ops are stored in file order; topoOrder() is computed at load.
@@ -201,6 +205,11 @@ struct LineageRecord {
     std::vector<LineageSlice> slices;
     ReplicaMode replicas = ReplicaMode::None;
     std::int32_t splitDim = -1;  ///< ReplicaMode::Split: replica k's slices are replica 0's shifted by k * extent/degree
+    /// With one member of each expert-parallel group stored: how the record repeats over the
+    /// members (Split: member j's slices shifted by j * memberStep along memberDim).
+    ReplicaMode members = ReplicaMode::None;
+    std::int32_t memberDim = -1;
+    std::int64_t memberStep = 0;
 };
 
 /// A plan stored with replicas lists one data-parallel replica (the ranks with dp = 0); replica k
@@ -217,7 +226,12 @@ struct Replication {
     /// first `listedDp` dp ranks (an expert-parallel group, whose members hold different experts
     /// and exchange tokens); `degree` counts the groups and `ranksPerReplica` a group's ranks.
     std::int32_t listedDp = 1;
-    bool active() const { return degree > 1 || microbatches > 1; }
+    /// Above 1 (listedDp then 1): one member of each expert-parallel group of `members`
+    /// consecutive data-parallel ranks is stored; member j runs its program on ranks
+    /// r + j * memberRanks (plan-format.md §7.3). `ranksPerReplica` is the group's ranks.
+    std::int32_t members = 1;
+    std::int32_t memberRanks = 0;
+    bool active() const { return degree > 1 || microbatches > 1 || members > 1; }
     /// Instances of an op or tensor with this microbatch field once written out.
     std::int32_t instances(std::int32_t microbatch) const { return degree * (microbatches > 1 && microbatch >= 0 ? microbatches : 1); }
 };

@@ -35,11 +35,11 @@ std::string OpenResult::message() const {
            (refusal.failure ? refusal.failure->message : std::string("the pair cannot be mapped"));
 }
 
-OpenResult openPlanFile(const std::string& path) {
+OpenResult openPlanFile(const std::string& path, const ReadOptions& options) {
     const auto t0 = std::chrono::steady_clock::now();
     OpenResult r;
     r.source.path = path;
-    auto read = readPlanFile(path);
+    auto read = readPlanFile(path, options);
     r.seconds = secondsSince(t0);
     if (!read.ok()) {
         r.problems = read.problems;
@@ -203,19 +203,14 @@ GeneratedPlan generatePlan(const gen::GenerateOptions& options) {
     if (written.format == 3) written.format = 2;
     // Everything written goes through the validating reader and the canonical writer.
     auto doc = gen::generatePlan(written);
-    auto read = readPlanJson(doc);
+    // Read as stored: one member of each expert-parallel group stays one (the verifier's form).
+    auto read = readPlanJson(doc, ReadOptions{true});
     if (!read.ok()) {
         g.problems = std::move(read.problems);
         return g;
     }
     read.plan->storedWithRepeats = options.format == 3;
-    // One member of each expert-parallel group stored (plan-format.md §7.3): the plan as read
-    // holds the group written out, which the canonical writer would list; the file keeps the
-    // generator's document, just read and accepted, with its repeats found.
-    if (read.plan->membersStoredOnce > 1)
-        g.text = (options.format == 3 ? compressRepeats(std::move(doc)) : std::move(doc)).dump(1) + "\n";
-    else
-        g.text = writePlanText(*read.plan);
+    g.text = writePlanText(*read.plan);
     g.plan = std::move(read.plan);
     g.seconds = secondsSince(t0);
     return g;

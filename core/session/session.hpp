@@ -67,7 +67,8 @@ struct OpenResult {
     std::string message() const;
 };
 
-OpenResult openPlanFile(const std::string& path);
+/// `read`: how the plan is read (the verifier keeps one member of each group stored).
+OpenResult openPlanFile(const std::string& path, const ReadOptions& read = {});
 OpenResult openNnScalerPair(const std::string& logicalPath, const std::string& parallelPath);
 /// A single-device PyTorch graph and one graph per rank (.py or .gpickle), lowered and related.
 OpenResult openTorchPair(const std::string& logicalPath, const std::vector<std::string>& rankPaths, const std::string& relationsPath = {});

@@ -85,6 +85,12 @@ bool StageChecker::cutToStoredLane() {
         const auto d = static_cast<std::size_t>(sp.dim);
         if (d >= s.size() || sp.lanes < 1 || s[d] % sp.lanes != 0) return false;
         s[d] /= sp.lanes;
+        if (sp.dim2 >= 0) {
+            // The members' split along another dim (one member of each group stored).
+            const auto d2 = static_cast<std::size_t>(sp.dim2);
+            if (d2 >= s.size() || d2 == d || sp.lanes2 < 1 || s[d2] % sp.lanes2 != 0) return false;
+            s[d2] /= sp.lanes2;
+        }
         cut.emplace(t, std::move(s));
     }
     for (auto r : records_) {

@@ -279,7 +279,8 @@ OracleResult runOracle(const Plan& plan, const OracleOptions& opts) {
     std::uint64_t stored = 0;
     for (const Graph* g : {&plan.logical, &plan.parallel})
         for (TensorId t = 0; t < g->tensors.size(); ++t) stored += static_cast<std::uint64_t>(numel(plan.shape(*g, t)));
-    const auto copies = static_cast<std::uint64_t>(plan.replication.degree) * static_cast<std::uint64_t>(std::max(1, plan.replication.microbatches));
+    const auto copies = static_cast<std::uint64_t>(plan.replication.degree) * static_cast<std::uint64_t>(std::max(1, plan.replication.microbatches)) *
+                        static_cast<std::uint64_t>(std::max(1, plan.replication.members));
     if (stored > opts.maxElements || stored * copies > opts.maxElements * 4) {
         OracleResult res;
         res.status = OracleStatus::TooLarge;

@@ -138,6 +138,7 @@ StageResult SolverProcess::run(const SolverJob& job, std::uint32_t resultStage, 
     nlohmann::json request = {{"expansion", job.expansion}, {"stage", job.stage}, {"key", job.key}, {"check", checkOptionsJson(job.check)}};
     if (job.expansion >= 0 && std::find(sentExpansions_.begin(), sentExpansions_.end(), job.expansion) == sentExpansions_.end()) {
         request["cross"] = *job.cross;
+        request["members_only"] = job.membersOnly;
         sentExpansions_.push_back(job.expansion);
     }
     if (!process_.send(request.dump())) return ended(resultStage);
@@ -189,7 +190,7 @@ int serveSolverProcess(int fd) {
         if (!bindToParent(hello.at("parent").get<long long>())) return 0;
         const auto memoryMiB = hello.at("memory_mib").get<std::uint64_t>();
         if (!receiveFrame(fd, frame)) return 0;
-        auto loaded = readPlanText(frame);
+        auto loaded = readPlanText(frame, ReadOptions{true});
         frame.clear();
         frame.shrink_to_fit();
         if (!loaded.ok()) {
@@ -225,7 +226,7 @@ int serveSolverProcess(int fd) {
                 if (it == expansions.end()) {
                     const auto cross = job.at("cross").get<std::vector<std::uint32_t>>();
                     Expansion x;
-                    x.stages = std::make_unique<ExpandedStages>(expandStages(plan, stored, cross));
+                    x.stages = std::make_unique<ExpandedStages>(expandStages(plan, stored, cross, job.value("members_only", false)));
                     x.cut = std::make_unique<StagePlan>(cutStages(x.stages->plan, &x.stages->assumed));
                     it = expansions.emplace(e, std::move(x)).first;
                 }

@@ -39,6 +39,7 @@ namespace tv {
 struct SolverJob {
     std::int32_t expansion = -1;
     const std::vector<std::uint32_t>* cross = nullptr;
+    bool membersOnly = false;  ///< the expansion writes out the stages' members only (expandStages)
     std::uint32_t stage = 0;
     std::string key;              ///< structuralKey of the stage, as the verifier cut it
     CheckOptions check;           ///< timeout already capped at the run's budget

@@ -370,6 +370,14 @@ std::string structuralKey(const Plan& plan, const Stage& stage) {
             num(static_cast<int>(rec.replicas));
             num(rec.splitDim);
         }
+        if (rec.members != ReplicaMode::None) {
+            // And across the members of a group stored once (review of issue 22: two stages
+            // differing only here shared a proof).
+            key += "N";
+            num(static_cast<int>(rec.members));
+            num(rec.memberDim);
+            num(rec.memberStep);
+        }
         tensor(lId, L, rec.logical);
         for (const auto& s : rec.slices) {
             key += '[';
@@ -400,6 +408,8 @@ std::string structuralKey(const Plan& plan, const Stage& stage) {
             if (g.ops[op].acrossReplicas) key += 'X';
             if (g.ops[op].indexFromReplica) key += 'K';
             if (g.ops[op].acrossMicrobatches) key += 'M';
+            if (g.ops[op].acrossMembers) key += 'E';
+            if (g.ops[op].indexFromMember) key += 'J';
             for (auto t : g.inputs(op)) tensor(ids, g, t);
             key += '>';
             for (auto t : g.outputs(op)) tensor(ids, g, t);

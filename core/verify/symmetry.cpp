@@ -1,6 +1,7 @@
 #include "verify/symmetry.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <set>
 #include <unordered_map>
 
@@ -16,7 +17,8 @@ WrittenOutCounts writtenOutCounts(const Plan& plan) {
     const auto& reg = OpRegistry::instance();
     const auto& P = plan.parallel;
     const std::size_t D = static_cast<std::size_t>(rep.degree), M = static_cast<std::size_t>(rep.microbatches);
-    for (const auto& t : P.tensors) c.tensors += static_cast<std::size_t>(rep.instances(t.microbatch));
+    const std::size_t N = static_cast<std::size_t>(rep.members);
+    for (const auto& t : P.tensors) c.tensors += N * static_cast<std::size_t>(rep.instances(t.microbatch));
     for (const auto& o : P.ops) {
         std::string kind(reg.spec(o.kind).name);
         std::size_t n = static_cast<std::size_t>(rep.instances(o.microbatch));
@@ -24,10 +26,11 @@ WrittenOutCounts writtenOutCounts(const Plan& plan) {
         if (o.acrossMicrobatches && M > 1) {
             kind = "add";
             n = D * (M - 1);
-            c.tensors += D * (M - 2);  // the partial sums between the adds
+            c.tensors += N * D * (M - 2);  // the partial sums between the adds
         } else if (o.acrossMicrobatches) {
             n = D;
         }
+        if (!o.acrossMembers) n *= N;  // one per member, or one over the group's members
         c.ops += n;
         c.opKinds[kind] += n;
     }
@@ -37,6 +40,9 @@ WrittenOutCounts writtenOutCounts(const Plan& plan) {
 std::string storedOnce(const Replication& r, std::int32_t membersStoredOnce) {
     std::string s;
     if (membersStoredOnce > 1) s = "one member of each group in the file, written out: ";
+    if (r.members > 1)
+        s += "one member of each group of " + std::to_string(r.members) + " replicas of " + std::to_string(r.degree * r.members) +
+             (r.degree > 1 ? " (" + std::to_string(r.degree) + " groups)" : std::string());
     if (r.listedDp > 1)
         s += "one group of " + std::to_string(r.listedDp) + " replicas of " + std::to_string(r.degree * r.listedDp) +
             (r.degree > 1 ? " (" + std::to_string(r.degree) + " groups)" : std::string());
@@ -46,7 +52,12 @@ std::string storedOnce(const Replication& r, std::int32_t membersStoredOnce) {
     return s;
 }
 
-bool provenByReplicaZero(const Plan& plan, const Stage& stage, std::string* why, std::unordered_map<TensorId, LaneSplit>* splits) {
+namespace {
+
+/// The lane argument along one axis: the replicas and their microbatches (`members` false), or the
+/// members of an expert-parallel group stored once (`members` true: member j's tensors are member
+/// 0's shifted along each record's member split; the same argument, with N lanes).
+bool laneLocal(const Plan& plan, const Stage& stage, bool members, std::string* why, std::unordered_map<TensorId, LaneSplit>* splits) {
     auto no = [&](std::string reason) {
         if (why) *why = std::move(reason);
         return false;
@@ -54,6 +65,11 @@ bool provenByReplicaZero(const Plan& plan, const Stage& stage, std::string* why,
     const auto& L = plan.logical;
     const auto& P = plan.parallel;
     for (auto op : stage.parallelOps) {
+        if (members) {
+            if (P.ops[op].acrossMembers) return no("collective across the group's members " + plan.opName(P, op));
+            if (P.ops[op].indexFromMember) return no("op " + plan.opName(P, op) + " takes its index from the member");
+            continue;
+        }
         if (P.ops[op].acrossReplicas) return no("collective across replicas " + plan.opName(P, op));
         if (P.ops[op].acrossMicrobatches) return no("op " + plan.opName(P, op) + " adds up the microbatches");
         if (P.ops[op].indexFromReplica) return no("op " + plan.opName(P, op) + " takes its index from the replica");
@@ -71,6 +87,7 @@ bool provenByReplicaZero(const Plan& plan, const Stage& stage, std::string* why,
         bool operator==(const Lane&) const = default;
     };
     auto laneOf = [&](const LineageRecord& rec) {
+        if (members) return rec.members == ReplicaMode::Split ? Lane{rec.memberDim, plan.replication.members} : Lane{};
         if (rec.replicas != ReplicaMode::Split) return Lane{};
         std::int32_t mb = -1;
         for (const auto& s : rec.slices)
@@ -81,7 +98,8 @@ bool provenByReplicaZero(const Plan& plan, const Stage& stage, std::string* why,
     std::unordered_map<TensorId, Lane> lane;
     for (auto r : stage.inputs) {
         const auto& rec = plan.lineage[r];
-        if (rec.replicas == ReplicaMode::Sum) return no("it reads lineage record " + std::to_string(r) + ", whose replicas add up");
+        if ((members ? rec.members : rec.replicas) == ReplicaMode::Sum)
+            return no("it reads lineage record " + std::to_string(r) + ", whose " + (members ? "members'" : "replicas'") + " terms add up");
         const Lane d = laneOf(rec);
         auto [it, fresh] = lane.emplace(rec.logical, d);
         if (!fresh && !(it->second == d)) return no("records of " + plan.tensorName(L, rec.logical) + " disagree on its split");
@@ -189,7 +207,9 @@ bool provenByReplicaZero(const Plan& plan, const Stage& stage, std::string* why,
     const auto& out = plan.lineage[stage.output];
     auto it = lane.find(out.logical);
     const Lane have = it == lane.end() ? Lane{} : it->second;
-    if (out.replicas == ReplicaMode::Sum) {
+    // A sum over the members (the experts' norm before its all-reduce) is written out.
+    if (members && out.members == ReplicaMode::Sum) return no("its members' terms add up");
+    if (!members && out.replicas == ReplicaMode::Sum) {
         // Proven on the stored lane's part (the cut, mandatory here): lane 0's sum is replica
         // 0's terms, each lane's likewise, and the lanes' sums add up to the whole.
         std::int32_t mb = -1;
@@ -230,13 +250,196 @@ bool provenByReplicaZero(const Plan& plan, const Stage& stage, std::string* why,
     return true;
 }
 
+}  // namespace
+
+bool provenAlongReplicas(const Plan& plan, const Stage& stage, std::string* why) { return laneLocal(plan, stage, false, why, nullptr); }
+
+bool provenByReplicaZero(const Plan& plan, const Stage& stage, std::string* why, std::unordered_map<TensorId, LaneSplit>* splits) {
+    if (plan.replication.members < 2) return laneLocal(plan, stage, false, why, splits);
+    // Stored as one member of each group: proven for every lane and every member when both
+    // arguments hold (lane (g, m) member j's obligation is the stored one shifted along both).
+    std::unordered_map<TensorId, LaneSplit> byReplica, byMember;
+    if (!laneLocal(plan, stage, false, why, splits ? &byReplica : nullptr)) return false;
+    if (!laneLocal(plan, stage, true, why, splits ? &byMember : nullptr)) return false;
+    if (splits) {
+        // The stored member's part: along a dim both split, the members' parts lie inside lane
+        // 0's (plan-format.md §7.3), so the first of lanes x members; along a dim only the members
+        // split, the first of N; both, when the two split different dims.
+        *splits = byReplica;
+        for (const auto& [t, m] : byMember) {
+            auto it = splits->find(t);
+            if (it == splits->end()) splits->emplace(t, m);
+            else if (it->second.dim != m.dim) it->second.dim2 = m.dim, it->second.lanes2 = m.lanes;
+            else if (static_cast<std::int64_t>(it->second.lanes) * m.lanes <= std::numeric_limits<std::int32_t>::max())
+                it->second.lanes *= m.lanes;
+            else
+                it->second.lanes = 0;  // no cut (cutToStoredLane refuses lanes < 1): checked uncut
+
+        }
+    }
+    return true;
+}
+
 Plan expandReplicas(const Plan& plan) {
     if (!plan.replication.active()) return plan;
     return writeOutReplicas(plan, nullptr, nullptr, nullptr);
 }
 
+Plan writeOutMembers(const Plan& plan, const std::vector<bool>* opMask, const std::vector<bool>* recordMask, std::vector<std::uint32_t>* origin) {
+    Plan out = plan;  // logical graph, pools, mesh and ranks are shared as they are
+    const auto rep = plan.replication;
+    out.lineage.clear();
+    if (origin) origin->clear();
+    if (rep.members < 2) {
+        for (std::uint32_t r = 0; r < plan.lineage.size(); ++r)
+            if (!recordMask || (*recordMask)[r]) {
+                out.lineage.push_back(plan.lineage[r]);
+                if (origin) origin->push_back(r);
+            }
+        return out;
+    }
+    // The group listed (plan-format.md §7): its N members, each a data-parallel rank.
+    out.replication.listedDp = rep.members;
+    out.replication.members = 1;
+    out.replication.memberRanks = 0;
+    const auto& T = plan.parallel;
+    auto& P = out.parallel;
+    P = Graph{};
+    const std::int32_t N = rep.members, Rm = rep.memberRanks;
+    const auto nt = static_cast<std::uint64_t>(T.tensors.size());
+    auto name = [&](NameId stored, std::int32_t j) { return j == 0 ? plan.names.str(stored) : plan.names.str(stored) + "~ep" + std::to_string(j); };
+    std::unordered_map<std::uint64_t, TensorId> ids;
+    auto id = [&](TensorId t, std::int32_t j) -> TensorId {
+        auto [it, fresh] = ids.emplace(static_cast<std::uint64_t>(j) * nt + t, static_cast<TensorId>(P.tensors.size()));
+        if (fresh) {
+            auto info = T.tensors[t];
+            info.name = out.names.intern(name(info.name, j));
+            if (info.rank >= 0) info.rank += j * Rm;
+            info.producer = kNone;
+            P.tensorByName.emplace(info.name, it->second);
+            P.tensors.push_back(info);
+        }
+        return it->second;
+    };
+    if (!opMask)
+        for (TensorId t = 0; t < T.tensors.size(); ++t)
+            for (std::int32_t j = 0; j < N; ++j) id(t, j);
+    auto addOp = [&](OpInfo info, const std::string& opName, const std::vector<TensorId>& ins, const std::vector<TensorId>& outs) {
+        info.firstInput = static_cast<std::uint32_t>(P.operands.size());
+        info.numInputs = static_cast<std::uint32_t>(ins.size());
+        P.operands.insert(P.operands.end(), ins.begin(), ins.end());
+        info.firstOutput = static_cast<std::uint32_t>(P.operands.size());
+        info.numOutputs = static_cast<std::uint32_t>(outs.size());
+        P.operands.insert(P.operands.end(), outs.begin(), outs.end());
+        const auto opId = static_cast<OpId>(P.ops.size());
+        for (auto t : outs) P.tensors[t].producer = opId;
+        info.name = out.names.intern(opName);
+        info.acrossMembers = info.indexFromMember = false;
+        P.opByName.emplace(info.name, opId);
+        P.ops.push_back(info);
+    };
+    for (OpId op = 0; op < T.ops.size(); ++op) {
+        if (opMask && !(*opMask)[op]) continue;
+        const auto& o = T.ops[op];
+        const auto ins = T.inputs(op);
+        const auto outs = T.outputs(op);
+        if (o.acrossMembers) {
+            // One collective over the group's members: member 0's part, then member 1's, ...
+            std::vector<std::int32_t> group;
+            std::vector<TensorId> i2, o2;
+            for (std::int32_t j = 0; j < N; ++j) {
+                for (auto r : plan.groups[o.group]) group.push_back(r + j * Rm);
+                for (auto t : ins) i2.push_back(id(t, j));
+                for (auto t : outs) o2.push_back(id(t, j));
+            }
+            auto info = o;
+            info.group = out.internGroup(group);
+            addOp(info, plan.names.str(o.name), i2, o2);
+            continue;
+        }
+        for (std::int32_t j = 0; j < N; ++j) {
+            auto info = o;
+            if (o.indexFromMember) {
+                // Member j's part: index + j * parts / N, or (indexed by replica too, parts dp)
+                // the listed rank's position j, which the group's replicas shift (§7, "listed").
+                auto a = plan.attrs[o.attrs];
+                const auto parts = a.value("parts", std::int64_t{0});
+                a["index"] = a.value("index", std::int64_t{0}) + static_cast<std::int64_t>(j) * (o.indexFromReplica ? parts / (rep.degree * N) : parts / N);
+                info.attrs = out.internAttrs(a);
+            }
+            if (info.rank >= 0) info.rank += j * Rm;
+            if (info.group != kNone && j > 0) {
+                auto g = plan.groups[o.group];
+                for (auto& r : g) r += j * Rm;
+                info.group = out.internGroup(g);
+            }
+            std::vector<TensorId> i2, o2;
+            for (auto t : ins) i2.push_back(id(t, j));
+            for (auto t : outs) o2.push_back(id(t, j));
+            addOp(info, name(o.name, j), i2, o2);
+        }
+    }
+    for (std::uint32_t r = 0; r < plan.lineage.size(); ++r) {
+        if (recordMask && !(*recordMask)[r]) continue;
+        const auto& rec = plan.lineage[r];
+        auto mapCopy = [&](const std::vector<LineageTerm>& c, std::int32_t j) {
+            auto m = c;
+            for (auto& t : m) t.tensor = id(t.tensor, j);
+            return m;
+        };
+        LineageRecord nr = rec;
+        nr.members = ReplicaMode::None;
+        nr.memberDim = -1;
+        nr.memberStep = 0;
+        nr.slices.clear();
+        if (rec.members == ReplicaMode::Split) {
+            const auto d = static_cast<std::size_t>(rec.memberDim);
+            for (std::int32_t j = 0; j < N; ++j)
+                for (const auto& s : rec.slices) {
+                    LineageSlice ns;
+                    ns.box = s.box;
+                    ns.box.lo[d] += j * rec.memberStep;
+                    ns.box.hi[d] += j * rec.memberStep;
+                    for (const auto& c : s.copies) ns.copies.push_back(mapCopy(c, j));
+                    nr.slices.push_back(std::move(ns));
+                }
+        } else {
+            for (const auto& s : rec.slices) {
+                LineageSlice ns;
+                ns.box = s.box;
+                for (const auto& c : s.copies) {
+                    if (rec.members == ReplicaMode::Sum) {
+                        std::vector<LineageTerm> sum;
+                        for (std::int32_t j = 0; j < N; ++j)
+                            for (auto& t : mapCopy(c, j)) sum.push_back(t);
+                        ns.copies.push_back(std::move(sum));
+                    } else {
+                        for (std::int32_t j = 0; j < N; ++j) ns.copies.push_back(mapCopy(c, j));
+                    }
+                }
+                nr.slices.push_back(std::move(ns));
+            }
+        }
+        out.lineage.push_back(std::move(nr));
+        if (origin) origin->push_back(r);
+    }
+    P.finalize();
+    return out;
+}
+
 Plan writeOutReplicas(const Plan& plan, const std::vector<bool>* opMask, const std::vector<bool>* recordMask,
                       std::vector<std::uint32_t>* origin) {
+    if (plan.replication.members > 1) {
+        // The members first (into the group listed), then the groups and lanes.
+        std::vector<std::uint32_t> first, second;
+        const Plan listed = writeOutMembers(plan, opMask, recordMask, &first);
+        Plan out = writeOutReplicas(listed, nullptr, nullptr, &second);
+        if (origin) {
+            origin->clear();
+            for (auto r : second) origin->push_back(first[r]);
+        }
+        return out;
+    }
     Plan out = plan;  // logical graph, pools, mesh and ranks are shared as they are
     const auto rep = plan.replication;
     out.replication = Replication{};
@@ -423,7 +626,7 @@ Plan writeOutReplicas(const Plan& plan, const std::vector<bool>* opMask, const s
     return out;
 }
 
-ExpandedStages expandStages(const Plan& plan, const StagePlan& sp, const std::vector<std::uint32_t>& stageIds) {
+ExpandedStages expandStages(const Plan& plan, const StagePlan& sp, const std::vector<std::uint32_t>& stageIds, bool membersOnly) {
     std::vector<bool> ops(plan.parallel.ops.size(), false), records(plan.lineage.size(), false), proven(plan.lineage.size(), false);
     for (auto s : stageIds) {
         const auto& st = sp.stages[s];
@@ -432,19 +635,21 @@ ExpandedStages expandStages(const Plan& plan, const StagePlan& sp, const std::ve
         for (auto r : st.inputs) records[r] = true;
     }
     ExpandedStages x;
-    x.plan = writeOutReplicas(plan, &ops, &records, &x.origin);
+    x.plan = membersOnly ? writeOutMembers(plan, &ops, &records, &x.origin) : writeOutReplicas(plan, &ops, &records, &x.origin);
     for (auto r : x.origin) x.assumed.push_back(!proven[r]);
     return x;
 }
 
-std::uint64_t writtenOutOps(const Plan& plan, const Stage& stage) {
+std::uint64_t writtenOutOps(const Plan& plan, const Stage& stage, bool membersOnly) {
     const auto& rep = plan.replication;
     std::uint64_t n = 0;
     for (auto op : stage.parallelOps) {
         const auto& o = plan.parallel.ops[op];
-        if (o.acrossReplicas) n += 1;
-        else if (o.acrossMicrobatches) n += static_cast<std::uint64_t>(rep.degree) * static_cast<std::uint64_t>(std::max(1, rep.microbatches - 1));
-        else n += static_cast<std::uint64_t>(rep.instances(o.microbatch));
+        const std::uint64_t members = o.acrossMembers ? 1 : static_cast<std::uint64_t>(rep.members);
+        if (membersOnly) n += members;
+        else if (o.acrossReplicas) n += members;
+        else if (o.acrossMicrobatches) n += members * static_cast<std::uint64_t>(rep.degree) * static_cast<std::uint64_t>(std::max(1, rep.microbatches - 1));
+        else n += members * static_cast<std::uint64_t>(rep.instances(o.microbatch));
     }
     return n;
 }

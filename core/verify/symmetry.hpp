@@ -32,6 +32,15 @@ Plan expandReplicas(const Plan& plan);
 Plan writeOutReplicas(const Plan& plan, const std::vector<bool>* ops, const std::vector<bool>* records,
                       std::vector<std::uint32_t>* origin = nullptr);
 
+/// Writes out the members of a plan storing one member of each expert-parallel group into the
+/// group listed (Replication::listedDp, plan-format.md §7): member j's copy of each selected op
+/// runs on ranks + j * memberRanks (names "~ep<j>"), a collective across members once over all of
+/// them, a chunk indexed by member with member j's index; each selected record repeats as its
+/// "members" mode says. The replicas (groups) and microbatches stay stored. A plan without
+/// members: the same plan, its records selected.
+Plan writeOutMembers(const Plan& plan, const std::vector<bool>* ops, const std::vector<bool>* records,
+                     std::vector<std::uint32_t>* origin = nullptr);
+
 /// The size of a plan written out, counted without writing it out.
 struct WrittenOutCounts {
     std::size_t ops = 0, tensors = 0;
@@ -49,6 +58,10 @@ std::string storedOnce(const Replication& r, std::int32_t membersStoredOnce = 1)
 struct LaneSplit {
     int dim = -1;
     std::int32_t lanes = 1;
+    /// One member of each group stored: a second split, the members' along another dim (an
+    /// expert part of tokens the lanes split), of which the stored member holds the first part.
+    int dim2 = -1;
+    std::int32_t lanes2 = 1;
 };
 
 /// Whether checking replica 0's part of a stage proves it for every replica of a plan stored
@@ -58,6 +71,10 @@ struct LaneSplit {
 /// stage can be checked on those parts (StageChecker cuts the logical tensors to them).
 bool provenByReplicaZero(const Plan& plan, const Stage& stage, std::string* why = nullptr,
                          std::unordered_map<TensorId, LaneSplit>* splits = nullptr);
+
+/// The replicas' (and microbatches') half of provenByReplicaZero for a plan storing one member of
+/// each group: whether the stage, its members written out, is proven by the stored lane.
+bool provenAlongReplicas(const Plan& plan, const Stage& stage, std::string* why = nullptr);
 
 /// Some stages of a plan stored with replicas, written out for every replica.
 struct ExpandedStages {
@@ -69,11 +86,13 @@ struct ExpandedStages {
 /// Writes out the listed stages (ids into `stages`): their parallel ops on every replica (a
 /// collective across replicas once, over all of them), the records they prove, and the records
 /// they read, which become assumptions. Names of replica k >= 1 get the suffix "~dp<k>".
-ExpandedStages expandStages(const Plan& plan, const StagePlan& stages, const std::vector<std::uint32_t>& stageIds);
+/// `membersOnly` (a plan storing one member of each group): the stages' members only, into the
+/// group listed (writeOutMembers), whose replicas stay stored.
+ExpandedStages expandStages(const Plan& plan, const StagePlan& stages, const std::vector<std::uint32_t>& stageIds, bool membersOnly = false);
 
 /// How many ops writing out this stage's parallel ops for every replica makes (what
 /// writeOutReplicas makes of each: a collective across replicas once, a sum across microbatches
 /// as a chain per replica, any other op once per instance), counted before anything is made.
-std::uint64_t writtenOutOps(const Plan& plan, const Stage& stage);
+std::uint64_t writtenOutOps(const Plan& plan, const Stage& stage, bool membersOnly = false);
 
 }  // namespace tv

@@ -82,6 +82,11 @@ std::string proofKey(const Plan& plan, const Stage& stage, const CheckOptions& o
     std::string key = structuralKey(plan, stage);
     const auto& r = plan.replication;
     key += "|replication " + std::to_string(r.degree) + " " + std::to_string(r.ranksPerReplica) + " " + std::to_string(r.microbatches);
+    if (r.members > 1) {
+        // Written out over its members only (its replicas stay stored), or over everything.
+        key += "|members " + std::to_string(r.members) + " " + std::to_string(r.memberRanks);
+        if (!provenByReplicaZero) key += provenAlongReplicas(plan, stage) ? " members-written-out" : " all-written-out";
+    }
     key += opts.reduceShapes ? "|reduced" : "|full";
     if (r.active() && !provenByReplicaZero) {
         // Written out for every replica: which ops are per-microbatch decides the lanes it ties.
@@ -181,6 +186,7 @@ VerifyReport VerificationRun::run() {
     // Isolated: the plan as solver processes read it, and what each written-out plan was made of.
     std::shared_ptr<const std::string> planText;
     std::vector<std::unique_ptr<std::vector<std::uint32_t>>> crossLists;
+    std::vector<bool> crossMembersOnly;  ///< per expansion: its stages' members written out only
     std::vector<std::unique_ptr<SolverProcess>> processes;
     auto finish = [&](std::uint32_t i, StageResult r) {
         r.stage = i;
@@ -249,6 +255,7 @@ VerifyReport VerificationRun::run() {
                 SolverJob request;
                 request.expansion = job.expansion;
                 request.cross = job.expansion >= 0 ? crossLists[static_cast<std::size_t>(job.expansion)].get() : nullptr;
+                request.membersOnly = job.expansion >= 0 && crossMembersOnly[static_cast<std::size_t>(job.expansion)];
                 request.stage = job.index;
                 request.key = structuralKey(*job.plan, *job.stage);
                 request.check = checkOptionsNow();
@@ -303,9 +310,16 @@ VerifyReport VerificationRun::run() {
     // out for every replica; the written-out plans live until the run ends.
     const bool replicated = plan_.replication.active();
     std::vector<bool> local(stages.size(), true);
+    // Stored as one member of each group: a stage the stored member does not prove for every
+    // member, but whose lanes the stored lane does, is written out over its members only (into
+    // the group listed), and checked there as stored.
+    std::vector<bool> membersOnly(stages.size(), false);
     if (replicated)
         for (std::uint32_t i = 0; i < stages.size(); ++i)
-            if (!decided[i]) local[i] = provenByReplicaZero(plan_, stages[i]);
+            if (!decided[i]) {
+                local[i] = provenByReplicaZero(plan_, stages[i]);
+                membersOnly[i] = !local[i] && plan_.replication.members > 1 && provenAlongReplicas(plan_, stages[i]);
+            }
     std::vector<std::unique_ptr<ExpandedStages>> expansions;
     std::uint64_t opsWrittenOut = 0;  // by the stages written out so far
     std::vector<std::unique_ptr<StagePlan>> expandedCuts;
@@ -316,16 +330,13 @@ VerifyReport VerificationRun::run() {
             return;
         }
         std::vector<Job> work;
-        std::vector<std::uint32_t> cross;
-        for (auto i : ids) {
-            if (local[i]) {
-                work.push_back({&plan_, &stages[i], i, -1, i});
-                continue;
-            }
+        std::vector<std::uint32_t> cross, crossMembers;
+        std::vector<std::uint64_t> opsOf(stages.size(), 0);
+        auto writeOut = [&](std::uint32_t i, bool membersAlone) {
             // Written out before it is checked: bounded by what writing out would produce, before
             // it is produced (a dp 1024 x 1024-microbatch plan of 120 KB tied 2^20 lanes in one
             // stage, and ran to 7.5 GB before bad_alloc).
-            const std::uint64_t ops = writtenOutOps(plan_, stages[i]);
+            const std::uint64_t ops = writtenOutOps(plan_, stages[i], membersAlone);
             std::string refusal;
             if (ops > opts_.maxWrittenOutStageOps)
                 refusal = "this stage ties the replicas together, and written out for every replica it would be " + std::to_string(ops) +
@@ -341,10 +352,64 @@ VerifyReport VerificationRun::run() {
                 f.message = refusal;
                 r.failure = f;
                 finish(i, std::move(r));
-                continue;
+                return;
             }
             opsWrittenOut += ops;
-            cross.push_back(i);
+            opsOf[i] = ops;
+            (membersAlone ? crossMembers : cross).push_back(i);
+        };
+        for (auto i : ids) {
+            if (local[i]) work.push_back({&plan_, &stages[i], i, -1, i});
+            else writeOut(i, membersOnly[i]);
+        }
+        if (!crossMembers.empty()) {
+            auto t = Clock::now();
+            auto x = std::make_unique<ExpandedStages>(expandStages(plan_, rep.stagePlan, crossMembers, true));
+            auto xsp = std::make_unique<StagePlan>(cutStages(x->plan, &x->assumed));
+            auto slotOf = [&](const ExpandedStages& e, const StagePlan& c, std::uint32_t xstage) {
+                return rep.stagePlan.stageOfRecord[e.origin[c.stages[xstage].output]];
+            };
+            // A stage whose members written out still tie its lanes is written out whole
+            // instead (the listed group's stages are proven by its stored lane only).
+            std::vector<bool> tied(stages.size(), false);
+            bool anyTied = false;
+            for (std::uint32_t j = 0; j < xsp->stages.size(); ++j)
+                if (!provenByReplicaZero(x->plan, xsp->stages[j])) tied[slotOf(*x, *xsp, j)] = anyTied = true;
+            if (anyTied) {
+                std::vector<std::uint32_t> keep;
+                for (auto i : crossMembers) {
+                    if (!tied[i]) {
+                        keep.push_back(i);
+                        continue;
+                    }
+                    opsWrittenOut -= opsOf[i];
+                    writeOut(i, false);
+                }
+                crossMembers = std::move(keep);
+                if (!crossMembers.empty()) {
+                    x = std::make_unique<ExpandedStages>(expandStages(plan_, rep.stagePlan, crossMembers, true));
+                    xsp = std::make_unique<StagePlan>(cutStages(x->plan, &x->assumed));
+                }
+            }
+            rep.timing.expand += since(t);
+            if (!crossMembers.empty()) {
+                std::vector<bool> broken(xsp->stages.size(), false);
+                for (const auto& f : xsp->structural) {
+                    if (f.stage == kNone || broken[f.stage]) continue;
+                    broken[f.stage] = true;
+                    StageResult r;
+                    r.status = StageStatus::Failed;
+                    r.failure = f;
+                    finish(slotOf(*x, *xsp, f.stage), std::move(r));
+                }
+                const auto expansion = static_cast<std::int32_t>(expansions.size());
+                crossLists.push_back(std::make_unique<std::vector<std::uint32_t>>(crossMembers));
+                crossMembersOnly.push_back(true);
+                for (std::uint32_t j = 0; j < xsp->stages.size(); ++j)
+                    if (!broken[j] && provenByReplicaZero(x->plan, xsp->stages[j])) work.push_back({&x->plan, &xsp->stages[j], slotOf(*x, *xsp, j), expansion, j});
+                expansions.push_back(std::move(x));
+                expandedCuts.push_back(std::move(xsp));
+            }
         }
         if (!cross.empty()) {
             auto t = Clock::now();
@@ -364,6 +429,7 @@ VerifyReport VerificationRun::run() {
             }
             const auto expansion = static_cast<std::int32_t>(expansions.size());
             crossLists.push_back(std::make_unique<std::vector<std::uint32_t>>(cross));
+            crossMembersOnly.push_back(false);
             for (std::uint32_t j = 0; j < xsp->stages.size(); ++j)
                 if (!broken[j]) work.push_back({&x->plan, &xsp->stages[j], slotOf(j), expansion, j});
             expansions.push_back(std::move(x));
