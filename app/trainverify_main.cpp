@@ -24,7 +24,7 @@ Usage:
   trainverify verify --logical Gs.pkl --parallel Gp.pkl [same options]
   trainverify convert --logical Gs.pkl --parallel Gp.pkl -o PLAN.json
   trainverify inspect PLAN.json|PLAN.pkl [--json]
-  trainverify generate --model MODEL [--dp N] [--tp N] [--pp N] [--microbatches N] [--sp] [--ep N [--etp M]] [--cp N [--cp-comm all_gather|p2p]] [--zero 1|2|3]
+  trainverify generate --model MODEL | --layout LAYOUT [--dp N] [--tp N] [--pp N] [--microbatches N] [--sp] [--ep N [--etp M]] [--cp N [--cp-comm all_gather|p2p]] [--zero 1|2|3]
                        [--schedule 1f1b|gpipe] [--layers N] [--global-batch N] [--optimizer adamw|sgd]
                        [--hidden N] [--heads N] [--kv-heads N] [--ffn N] [--vocab N] [--seq N]
                        [--clip-grad NORM] [--format 1|2|3] [--verify] -o PLAN.json
@@ -82,6 +82,9 @@ generate Writes one whole training step (forward, backward, gradient reduction, 
          microbatches and repeated blocks (identical layers) once; 2 stores only
          replicas and microbatches once; 1 writes everything out.
          --clip-grad NORM clips the gradients to a global norm before the update.
+         --layout deepseek-v3-as-trained is DeepSeek-V3 as its report trained it (2,048 GPUs:
+         --dp 128 --ep 64 --pp 16 --zero 1, no tp, 16 microbatches); flags override it.
+         With --ep over the replicas the file stores one member of each group.
 mutate   The bug lab: injects a parallelization bug from the catalog (--list shows it: the
          TrainVerify paper's 14 cases and more) into a copy of the plan and writes it. The site
          is found by structure; --at names an op of it, --rank a rank it runs on (a rank of a

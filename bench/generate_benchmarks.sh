@@ -23,6 +23,7 @@ configs=(
   "deepseek-v3 --dp 32 --tp 8 --pp 8 --microbatches 16 --ep 8"
   "deepseek-v3 --dp 16 --ep 8 --pp 16 --zero 1 --microbatches 16"
   "deepseek-v2-lite --dp 16 --tp 2 --ep 8 --etp 2 --pp 2 --zero 2 --microbatches 16"
+  "deepseek-v3 --layout deepseek-v3-as-trained"
   "llama3-8b --dp 2 --cp 2 --pp 2 --microbatches 2"
   "llama3-70b --dp 16 --cp 8 --pp 4 --microbatches 32"
   "llama3-70b --dp 16 --tp 8 --cp 2 --pp 4 --microbatches 32"

@@ -754,6 +754,28 @@ private slots:
         QVERIFY(!QFile::exists(QStringLiteral("/tmp/never-written.json")));
     }
 
+    // DeepSeek-V3 as trained (2,048 GPUs: pp 16, ep 64 over dp 128, ZeRO-1, no tp) is a named
+    // layout; the file stores one member of each expert-parallel group, and inspect reads it as
+    // stored. Flags after the layout override it.
+    void layoutDeepseekV3AsTrained() {
+        QTemporaryDir dir;
+        auto path = dir.filePath("v3.json");
+        auto g = trainverify({"generate", "--layout", "deepseek-v3-as-trained", "--layers", "16", "-o", path});
+        QCOMPARE(g.exitCode, 0);
+        QVERIFY2(g.err.contains("one member of each group of 64 replicas of 128 (2 groups)"), qPrintable(g.err));
+        auto i = trainverify({"inspect", path, "--json"});
+        QCOMPARE(i.exitCode, 0);
+        auto o = QJsonDocument::fromJson(i.out.toUtf8()).object();
+        QCOMPARE(o["ranks"].toInt(), 2048);
+        QCOMPARE(o["mesh"].toObject()["dp"].toInt(), 128);
+        QCOMPARE(o["mesh"].toObject()["pp"].toInt(), 16);
+        QCOMPARE(o["stored"].toObject()["members_stored_once"].toInt(), 64);
+        QCOMPARE(o["stored"].toObject()["replicas"].toInt(), 2);
+        auto bad = trainverify({"generate", "--layout", "deepseek-v4", "-o", dir.filePath("x.json")});
+        QCOMPARE(bad.exitCode, 3);
+        QVERIFY2(bad.err.contains("unknown layout \"deepseek-v4\" (layouts: deepseek-v3-as-trained)"), qPrintable(bad.err));
+    }
+
     void helpAndVersion() {
         auto h = trainverify({"--help"});
         QCOMPARE(h.exitCode, 0);

@@ -11,7 +11,18 @@ namespace tv::cli {
 
 int generateCommand(const Args& args) {
     gen::GenerateOptions o;
-    std::string outPath;
+    // A named layout sets the model and its parallelism first; the other flags override it.
+    for (std::size_t i = 0; i + 1 < args.size(); ++i)
+        if (args[i] == "--layout") {
+            auto l = gen::layout(args[i + 1]);
+            if (!l) {
+                std::string names;
+                for (const auto& n : gen::layoutNames()) names += (names.empty() ? "" : ", ") + n;
+                return usageError("unknown layout \"" + args[i + 1] + "\" (layouts: " + names + ")");
+            }
+            o = *l;
+        }
+    std::string outPath, layoutName;
     bool verifyAfter = false;
     auto degree = [](int& out) { return [&out](std::int64_t n) { out = static_cast<int>(n); }; };
     auto size = [](std::optional<std::int64_t>& out) { return [&out](std::int64_t n) { out = n; }; };
@@ -19,6 +30,7 @@ int generateCommand(const Args& args) {
     constexpr std::int64_t kMaxSize = 999'999'999'999;  // twelve digits
     Arguments parser("generate");
     parser.text({"--model"}, &o.model, "--model needs a model name")
+        .text({"--layout"}, &layoutName, "--layout needs a layout name (deepseek-v3-as-trained)")
         .text({"-o", "--output"}, &outPath, "-o needs a file name (or - for standard output)")
         .count({"--dp"}, 1, kMaxDegree, degree(o.dp))
         .count({"--tp"}, 1, kMaxDegree, degree(o.tp))

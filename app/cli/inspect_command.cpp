@@ -189,7 +189,7 @@ int inspectCommand(const Args& args) {
     if (path.empty()) return usageError("inspect needs a plan file");
     if (isPickleFile(path)) return inspectPickle(path, asJson);
     if (isTorchGraphText(path)) return inspectTorchGraph(path, asJson);
-    const auto opened = tv::session::openPlanFile(path);
+    const auto opened = tv::session::openPlanFile(path, tv::ReadOptions{true});
     if (!opened.ok()) {
         std::cout << tv::reportToText(opened.refusal);
         return 3;
@@ -220,7 +220,7 @@ int inspectCommand(const Args& args) {
     if (compact)
         j["stored"] = {{"replicas", p.replication.degree},
                        {"listed_dp", p.replication.listedDp},
-                       {"members_stored_once", p.membersStoredOnce},
+                       {"members_stored_once", std::max(p.membersStoredOnce, p.replication.members)},
                        {"microbatches", p.replication.microbatches},
                        {"parallel_ops", p.parallel.ops.size()},
                        {"parallel_tensors", p.parallel.tensors.size()}};

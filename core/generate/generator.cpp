@@ -44,6 +44,20 @@ ModelConfig modelConfig(const GenerateOptions& o) {
     return c;
 }
 
+std::vector<std::string> layoutNames() { return {"deepseek-v3-as-trained"}; }
+
+std::optional<GenerateOptions> layout(const std::string& name) {
+    if (name != "deepseek-v3-as-trained") return std::nullopt;
+    GenerateOptions o;
+    o.model = "deepseek-v3";
+    o.dp = 128;
+    o.ep = 64;
+    o.pp = 16;
+    o.zero = 1;
+    o.microbatches = 16;
+    return o;
+}
+
 std::optional<PlanProblem> validate(const GenerateOptions& o) {
     // Each problem names the option it is about (its name in the configuration, as the command
     // line spells it without the dashes) and says why in the domain's words, so the command line

@@ -36,6 +36,14 @@ struct GenerateOptions {
     int format = 3;
 };
 
+/// Layouts as a model was trained, by name: the model and its parallelism (flags given after
+/// them override). "deepseek-v3-as-trained": DeepSeek-V3 on 2,048 GPUs as its report describes
+/// (arXiv 2412.19437 §3.2): pipeline parallel 16, expert parallel 64 over 8 nodes, ZeRO-1 data
+/// parallelism, no tensor parallelism: dp 128 (2,048 / 16), with 16 microbatches (the report does
+/// not give its count: the generator's choice).
+std::vector<std::string> layoutNames();
+std::optional<GenerateOptions> layout(const std::string& name);
+
 /// Why a configuration cannot be generated (the option it is about, and why); none when it can.
 std::optional<PlanProblem> validate(const GenerateOptions& opts);
 

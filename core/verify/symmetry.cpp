@@ -43,7 +43,7 @@ std::string storedOnce(const Replication& r, std::int32_t membersStoredOnce) {
     if (r.members > 1)
         s += "one member of each group of " + std::to_string(r.members) + " replicas of " + std::to_string(r.degree * r.members) +
              (r.degree > 1 ? " (" + std::to_string(r.degree) + " groups)" : std::string());
-    if (r.listedDp > 1)
+    else if (r.listedDp > 1)
         s += "one group of " + std::to_string(r.listedDp) + " replicas of " + std::to_string(r.degree * r.listedDp) +
             (r.degree > 1 ? " (" + std::to_string(r.degree) + " groups)" : std::string());
     else if (r.degree > 1)
