@@ -19,6 +19,26 @@ using Options = gen::GenerateOptions;
 
 namespace {
 
+/// A small DeepSeek with its experts over expert-parallel groups of `ep` data-parallel replicas,
+/// stored once (format 2: one member of each group), 2 microbatches.
+Options deepseekOverReplicas(int dp, int ep, int zero, const std::string& clip = "", int tp = 1) {
+    Options o;
+    o.model = "deepseek";
+    o.layers = 2;
+    o.hidden = 32;
+    o.heads = o.kvHeads = 4;
+    o.ffn = o.vocab = 32;
+    o.seq = 4;
+    o.dp = dp;
+    o.tp = tp;
+    o.ep = ep;
+    o.microbatches = 2;
+    o.zero = zero;
+    o.clipGrad = clip;
+    o.format = 2;
+    return o;
+}
+
 Options mlp(int dp, int tp = 1, int zero = 0, int pp = 1, int microbatches = 1) {
     Options o;
     o.model = "mlp";
@@ -204,19 +224,7 @@ private slots:
     void expertGroupStoredMatchesWrittenOut() {
         QFETCH(Mutation, mutate);
         QFETCH(QString, failingOp);
-        gen::GenerateOptions o;
-        o.model = "deepseek";
-        o.layers = 2;
-        o.hidden = 32;
-        o.heads = o.kvHeads = 4;
-        o.ffn = o.vocab = 32;
-        o.seq = 4;
-        o.dp = 4;
-        o.ep = 2;
-        o.microbatches = 2;
-        o.zero = 1;
-        o.format = 2;
-        auto members = expandMembers(gen::generatePlan(o), nullptr);
+        auto members = expandMembers(gen::generatePlan(deepseekOverReplicas(4, 2, 1)), nullptr);
         QVERIFY(members.problems.empty());
         QCOMPARE(members.members, 2);
         auto doc = members.doc;
@@ -256,20 +264,7 @@ private slots:
     void membersStoredOnceMatchWrittenOut() {
         QFETCH(Mutation, mutate);
         QFETCH(QString, failingOp);
-        gen::GenerateOptions o;
-        o.model = "deepseek";
-        o.layers = 2;
-        o.hidden = 32;
-        o.heads = o.kvHeads = 4;
-        o.ffn = o.vocab = 32;
-        o.seq = 4;
-        o.dp = 4;
-        o.ep = 2;
-        o.microbatches = 2;
-        o.zero = 1;
-        o.clipGrad = "1";
-        o.format = 2;
-        auto doc = gen::generatePlan(o);
+        auto doc = gen::generatePlan(deepseekOverReplicas(4, 2, 1, "1"));
         QCOMPARE(doc["parallel"]["replicas"].value("members", 0), 2);
         mutate(doc);
         auto res = readPlanJson(doc, ReadOptions{true});
@@ -315,21 +310,7 @@ private slots:
         QFETCH(int, ep);
         QFETCH(int, zero);
         QFETCH(QString, clip);
-        gen::GenerateOptions o;
-        o.model = "deepseek";
-        o.layers = 2;
-        o.hidden = 32;
-        o.heads = o.kvHeads = 4;
-        o.ffn = o.vocab = 32;
-        o.seq = 4;
-        o.dp = dp;
-        o.tp = tp;
-        o.ep = ep;
-        o.microbatches = 2;
-        o.zero = zero;
-        o.clipGrad = clip.toStdString();
-        o.format = 2;
-        const auto doc = gen::generatePlan(o);
+        const auto doc = gen::generatePlan(deepseekOverReplicas(dp, ep, zero, clip.toStdString(), tp));
         QCOMPARE(doc["parallel"]["replicas"].value("members", 0), ep);
         auto listed = readPlanJson(doc);
         auto stored = readPlanJson(doc, ReadOptions{true});

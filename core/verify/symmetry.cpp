@@ -285,6 +285,48 @@ Plan expandReplicas(const Plan& plan) {
     return writeOutReplicas(plan, nullptr, nullptr, nullptr);
 }
 
+namespace {
+
+/// A record's slices repeated over n instances as `mode` says: Split shifts instance i's slices by
+/// i * step along dim, Sum adds every instance's terms into each copy, Copies makes each instance's
+/// a further copy. `instance(c, i)` is copy c with its tensors renamed to instance i's.
+template <class Instance>
+std::vector<LineageSlice> repeatSlices(const std::vector<LineageSlice>& slices, ReplicaMode mode, std::int32_t dim, std::int64_t step, std::int32_t n,
+                                       const Instance& instance) {
+    std::vector<LineageSlice> out;
+    if (mode == ReplicaMode::Split) {
+        const auto d = static_cast<std::size_t>(dim);
+        for (std::int32_t i = 0; i < n; ++i)
+            for (const auto& s : slices) {
+                LineageSlice ns;
+                ns.box = s.box;
+                ns.box.lo[d] += i * step;
+                ns.box.hi[d] += i * step;
+                for (const auto& c : s.copies) ns.copies.push_back(instance(c, i));
+                out.push_back(std::move(ns));
+            }
+        return out;
+    }
+    for (const auto& s : slices) {
+        LineageSlice ns;
+        ns.box = s.box;
+        for (const auto& c : s.copies) {
+            if (mode == ReplicaMode::Sum) {
+                std::vector<LineageTerm> sum;
+                for (std::int32_t i = 0; i < n; ++i)
+                    for (auto& t : instance(c, i)) sum.push_back(t);
+                ns.copies.push_back(std::move(sum));
+            } else {
+                for (std::int32_t i = 0; i < n; ++i) ns.copies.push_back(instance(c, i));
+            }
+        }
+        out.push_back(std::move(ns));
+    }
+    return out;
+}
+
+}  // namespace
+
 Plan writeOutMembers(const Plan& plan, const std::vector<bool>* opMask, const std::vector<bool>* recordMask, std::vector<std::uint32_t>* origin) {
     Plan out = plan;  // logical graph, pools, mesh and ranks are shared as they are
     const auto rep = plan.replication;
@@ -391,35 +433,7 @@ Plan writeOutMembers(const Plan& plan, const std::vector<bool>* opMask, const st
         nr.members = ReplicaMode::None;
         nr.memberDim = -1;
         nr.memberStep = 0;
-        nr.slices.clear();
-        if (rec.members == ReplicaMode::Split) {
-            const auto d = static_cast<std::size_t>(rec.memberDim);
-            for (std::int32_t j = 0; j < N; ++j)
-                for (const auto& s : rec.slices) {
-                    LineageSlice ns;
-                    ns.box = s.box;
-                    ns.box.lo[d] += j * rec.memberStep;
-                    ns.box.hi[d] += j * rec.memberStep;
-                    for (const auto& c : s.copies) ns.copies.push_back(mapCopy(c, j));
-                    nr.slices.push_back(std::move(ns));
-                }
-        } else {
-            for (const auto& s : rec.slices) {
-                LineageSlice ns;
-                ns.box = s.box;
-                for (const auto& c : s.copies) {
-                    if (rec.members == ReplicaMode::Sum) {
-                        std::vector<LineageTerm> sum;
-                        for (std::int32_t j = 0; j < N; ++j)
-                            for (auto& t : mapCopy(c, j)) sum.push_back(t);
-                        ns.copies.push_back(std::move(sum));
-                    } else {
-                        for (std::int32_t j = 0; j < N; ++j) ns.copies.push_back(mapCopy(c, j));
-                    }
-                }
-                nr.slices.push_back(std::move(ns));
-            }
-        }
+        nr.slices = repeatSlices(rec.slices, rec.members, rec.memberDim, rec.memberStep, N, mapCopy);
         out.lineage.push_back(std::move(nr));
         if (origin) origin->push_back(r);
     }
@@ -590,35 +604,8 @@ Plan writeOutReplicas(const Plan& plan, const std::vector<bool>* opMask, const s
         };
         LineageRecord nr;
         nr.logical = rec.logical;
-        if (rec.replicas == ReplicaMode::Split) {
-            const auto d = static_cast<std::size_t>(rec.splitDim);
-            const auto step = plan.shape(plan.logical, rec.logical)[d] / n;
-            for (std::int32_t i = 0; i < n; ++i)
-                for (const auto& s : rec.slices) {
-                    LineageSlice ns;
-                    ns.box = s.box;
-                    ns.box.lo[d] += i * step;
-                    ns.box.hi[d] += i * step;
-                    for (const auto& c : s.copies) ns.copies.push_back(mapCopy(c, i));
-                    nr.slices.push_back(std::move(ns));
-                }
-        } else {
-            for (const auto& s : rec.slices) {
-                LineageSlice ns;
-                ns.box = s.box;
-                for (const auto& c : s.copies) {
-                    if (rec.replicas == ReplicaMode::Sum) {
-                        std::vector<LineageTerm> sum;
-                        for (std::int32_t i = 0; i < n; ++i)
-                            for (auto& t : mapCopy(c, i)) sum.push_back(t);
-                        ns.copies.push_back(std::move(sum));
-                    } else {
-                        for (std::int32_t i = 0; i < n; ++i) ns.copies.push_back(mapCopy(c, i));
-                    }
-                }
-                nr.slices.push_back(std::move(ns));
-            }
-        }
+        const auto step = rec.replicas == ReplicaMode::Split ? plan.shape(plan.logical, rec.logical)[static_cast<std::size_t>(rec.splitDim)] / n : 0;
+        nr.slices = repeatSlices(rec.slices, rec.replicas, rec.splitDim, step, n, mapCopy);
         out.lineage.push_back(std::move(nr));
         if (origin) origin->push_back(r);
     }

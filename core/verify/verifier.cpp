@@ -362,13 +362,50 @@ VerifyReport VerificationRun::run() {
             if (local[i]) work.push_back({&plan_, &stages[i], i, -1, i});
             else writeOut(i, membersOnly[i]);
         }
+        // Each written-out stage proves the written-out form of one stored record.
+        auto slotOf = [&](const ExpandedStages& e, const StagePlan& c, std::uint32_t xstage) {
+            return rep.stagePlan.stageOfRecord[e.origin[c.stages[xstage].output]];
+        };
+        // A written-out plan's stages: structural failures decided here, the others checked.
+        auto schedule = [&](std::unique_ptr<ExpandedStages> x, std::unique_ptr<StagePlan> xsp, const std::vector<std::uint32_t>& list, bool membersAlone) {
+            std::vector<bool> broken(xsp->stages.size(), false);
+            for (const auto& f : xsp->structural) {
+                if (f.stage == kNone || broken[f.stage]) continue;
+                broken[f.stage] = true;
+                StageResult r;
+                r.status = StageStatus::Failed;
+                r.failure = f;
+                finish(slotOf(*x, *xsp, f.stage), std::move(r));
+            }
+            // A stored stage none of whose written-out stages may go unchecked: with members
+            // written out, one its stored lane does not prove leaves the whole stored stage
+            // unchecked, and says so (never a result from its other parts alone).
+            std::vector<bool> unchecked(stages.size(), false);
+            if (membersAlone)
+                for (std::uint32_t j = 0; j < xsp->stages.size(); ++j)
+                    if (!broken[j] && !provenByReplicaZero(x->plan, xsp->stages[j])) unchecked[slotOf(*x, *xsp, j)] = true;
+            for (auto i : list)
+                if (unchecked[i]) {
+                    StageResult r;
+                    r.status = StageStatus::Inconclusive;
+                    Failure f;
+                    f.kind = FailureKind::Inconclusive;
+                    f.message = "written out over the members of its expert-parallel group, this stage still ties its lanes together: it is not checked";
+                    r.failure = f;
+                    finish(i, std::move(r));
+                }
+            const auto expansion = static_cast<std::int32_t>(expansions.size());
+            crossLists.push_back(std::make_unique<std::vector<std::uint32_t>>(list));
+            crossMembersOnly.push_back(membersAlone);
+            for (std::uint32_t j = 0; j < xsp->stages.size(); ++j)
+                if (!broken[j] && !unchecked[slotOf(*x, *xsp, j)]) work.push_back({&x->plan, &xsp->stages[j], slotOf(*x, *xsp, j), expansion, j});
+            expansions.push_back(std::move(x));
+            expandedCuts.push_back(std::move(xsp));
+        };
         if (!crossMembers.empty()) {
             auto t = Clock::now();
             auto x = std::make_unique<ExpandedStages>(expandStages(plan_, rep.stagePlan, crossMembers, true));
             auto xsp = std::make_unique<StagePlan>(cutStages(x->plan, &x->assumed));
-            auto slotOf = [&](const ExpandedStages& e, const StagePlan& c, std::uint32_t xstage) {
-                return rep.stagePlan.stageOfRecord[e.origin[c.stages[xstage].output]];
-            };
             // A stage whose members written out still tie its lanes is written out whole
             // instead (the listed group's stages are proven by its stored lane only).
             std::vector<bool> tied(stages.size(), false);
@@ -392,48 +429,14 @@ VerifyReport VerificationRun::run() {
                 }
             }
             rep.timing.expand += since(t);
-            if (!crossMembers.empty()) {
-                std::vector<bool> broken(xsp->stages.size(), false);
-                for (const auto& f : xsp->structural) {
-                    if (f.stage == kNone || broken[f.stage]) continue;
-                    broken[f.stage] = true;
-                    StageResult r;
-                    r.status = StageStatus::Failed;
-                    r.failure = f;
-                    finish(slotOf(*x, *xsp, f.stage), std::move(r));
-                }
-                const auto expansion = static_cast<std::int32_t>(expansions.size());
-                crossLists.push_back(std::make_unique<std::vector<std::uint32_t>>(crossMembers));
-                crossMembersOnly.push_back(true);
-                for (std::uint32_t j = 0; j < xsp->stages.size(); ++j)
-                    if (!broken[j] && provenByReplicaZero(x->plan, xsp->stages[j])) work.push_back({&x->plan, &xsp->stages[j], slotOf(*x, *xsp, j), expansion, j});
-                expansions.push_back(std::move(x));
-                expandedCuts.push_back(std::move(xsp));
-            }
+            if (!crossMembers.empty()) schedule(std::move(x), std::move(xsp), crossMembers, true);
         }
         if (!cross.empty()) {
             auto t = Clock::now();
             auto x = std::make_unique<ExpandedStages>(expandStages(plan_, rep.stagePlan, cross));
             auto xsp = std::make_unique<StagePlan>(cutStages(x->plan, &x->assumed));
             rep.timing.expand += since(t);
-            // Each written-out stage proves the written-out form of one stored record.
-            auto slotOf = [&](std::uint32_t xstage) { return rep.stagePlan.stageOfRecord[x->origin[xsp->stages[xstage].output]]; };
-            std::vector<bool> broken(xsp->stages.size(), false);
-            for (const auto& f : xsp->structural) {
-                if (f.stage == kNone || broken[f.stage]) continue;
-                broken[f.stage] = true;
-                StageResult r;
-                r.status = StageStatus::Failed;
-                r.failure = f;
-                finish(slotOf(f.stage), std::move(r));
-            }
-            const auto expansion = static_cast<std::int32_t>(expansions.size());
-            crossLists.push_back(std::make_unique<std::vector<std::uint32_t>>(cross));
-            crossMembersOnly.push_back(false);
-            for (std::uint32_t j = 0; j < xsp->stages.size(); ++j)
-                if (!broken[j]) work.push_back({&x->plan, &xsp->stages[j], slotOf(j), expansion, j});
-            expansions.push_back(std::move(x));
-            expandedCuts.push_back(std::move(xsp));
+            schedule(std::move(x), std::move(xsp), cross, false);
         }
         runPool(work);
     };
