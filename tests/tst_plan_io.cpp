@@ -261,6 +261,15 @@ private slots:
         // accumulation without its across_microbatches flag.
         row("per-replica op reads a per-microbatch tensor", ln, [](json& j) { j["parallel"]["ops"][26].erase("across_microbatches"); },
             "/parallel/ops/26/inputs/0", "an op of no microbatch cannot read");
+        row("op of a microbatch writes a per-replica tensor", ln, [](json& j) {
+                // The gelu of microbatch 0 writing a tensor of no microbatch: every microbatch's
+                // copy would write that one instance.
+                auto& ops = j["parallel"]["ops"];
+                const auto out = ops[1]["outputs"][0].get<std::string>();
+                for (auto& t : j["parallel"]["tensors"])
+                    if (t["id"] == out) t.erase("microbatch");
+                ops[1]["microbatch"] = 0;
+            }, "/parallel/ops/1/outputs/0", "runs for every microbatch and cannot write");
         row("reducer reads one microbatch", ln, [](json& j) { j["parallel"]["ops"][27]["inputs"][0] = j["parallel"]["ops"][25]["outputs"][0]; }, "/parallel/ops/27/inputs/0", "accumulate");
         row("accumulation without microbatches stored once", rp, [](json& j) { j["parallel"]["ops"][0]["across_microbatches"] = true; }, "/parallel/ops/0/across_microbatches", "needs microbatches stored once");
         row("replica mode without replicas", tp, [](json& j) { j["lineage"][0]["replicas"] = "copies"; }, "/lineage/0/replicas", "for plans stored with replicas");

@@ -61,6 +61,8 @@ std::optional<gen::GenerateOptions> drawConfig(std::mt19937_64& rng) {
     gen::GenerateOptions o;
     static const char* models[] = {"mlp", "mlp", "gpt2", "llama3", "deepseek"};
     o.model = models[std::uniform_int_distribution<int>(0, 4)(rng)];
+    // TV_FUZZ_MODEL draws one model only (a run aimed at one path, e.g. deepseek's experts).
+    if (const char* only = std::getenv("TV_FUZZ_MODEL"); only && *only) o.model = only;
     o.layers = 1;
     if (o.model == "mlp") {
         o.hidden = 8;
@@ -78,9 +80,14 @@ std::optional<gen::GenerateOptions> drawConfig(std::mt19937_64& rng) {
     o.tp = pick({1, 2});
     // DeepSeek (one dense layer; its multi-token prediction block is an MoE one): the experts over
     // the tensor-parallel group (tp 2), or over two data-parallel replicas (tp 1).
+    // Over the replicas, half the time stored as one member of each group (dp 4: two groups).
+    bool membersStored = false;
     if (o.model == "deepseek" && pick({0, 1})) {
         o.ep = 2;
-        if (o.tp == 1) o.dp = 2;
+        if (o.tp == 1) {
+            o.dp = pick({2, 4});
+            membersStored = pick({0, 1, 1});
+        }
     }
     o.pp = pick({1, 1, 2});
     o.microbatches = o.pp > 1 ? 2 : pick({1, 2});
@@ -90,7 +97,10 @@ std::optional<gen::GenerateOptions> drawConfig(std::mt19937_64& rng) {
     if (o.cp > 1 && pick({0, 1})) o.cpComm = "p2p";
     o.optimizer = pick({0, 1}) ? "adamw" : "sgd";
     if (pick({0, 0, 0, 1})) o.clipGrad = "1";
-    o.format = 1;  // written out: a mutation can touch one rank, and the oracle needs no expansion
+    // Written out: a mutation can touch one rank, and the oracle needs no expansion; or, for
+    // experts over the replicas, one member stored (the verifier's member argument against the
+    // oracle on the plan written out; a mutation of the member is every member's).
+    o.format = membersStored ? 2 : 1;
     if (gen::validate(o)) return std::nullopt;
     return o;
 }
@@ -103,6 +113,7 @@ std::string describe(const gen::GenerateOptions& o) {
     if (o.cp > 1) s << " cp" << o.cp << (o.cpComm == "p2p" ? " ring" : "");
     s << " " << o.optimizer;
     if (o.ep > 1) s << " ep" << o.ep;
+    if (o.format > 1) s << " stored";
     if (!o.clipGrad.empty()) s << " clip";
     return s.str();
 }
@@ -223,6 +234,10 @@ Case mutate(const json& base, std::mt19937_64& rng) {
 /// Correct rewrites: each changes how the parallel plan computes, never what. Applied to a copy;
 /// the lineage is untouched (every rewrite keeps the ids of the tensors it replaces the producer
 /// of). Empty name: none applied.
+/// A collective of a plan stored once that runs across replicas or members: its listed group is
+/// one replica's or member's part, so rewriting it by its group's size would change its meaning.
+bool storedAcross(const json& o) { return o.value("across_replicas", false) || o.value("across_members", false); }
+
 Case rewrite(const json& base, std::mt19937_64& rng, int serial) {
     Case m{"", base};
     auto& ops = m.doc["parallel"]["ops"];
@@ -255,7 +270,13 @@ Case rewrite(const json& base, std::mt19937_64& rng, int serial) {
         o["inputs"] = in;
         o["outputs"] = out;
         if (like.contains("rank")) o["rank"] = like["rank"];
-        if (like.contains("microbatch")) o["microbatch"] = like["microbatch"];
+        if (like.contains("microbatch")) {
+            o["microbatch"] = like["microbatch"];
+            // What an op of a microbatch writes is of that microbatch (a plan stored once refuses
+            // a per-replica tensor written by every microbatch's copy).
+            for (const auto& t : out)
+                if (tensorAt.count(t)) tensors[tensorAt.at(t)]["microbatch"] = like["microbatch"];
+        }
         if (!attrs.is_null()) o["attrs"] = attrs;
         return o;
     };
@@ -284,7 +305,7 @@ Case rewrite(const json& base, std::mt19937_64& rng, int serial) {
     switch (std::uniform_int_distribution<int>(0, 7)(rng)) {
         case 0: {  // an all-reduce as a reduce-scatter then an all-gather, along a dim the group divides
             auto sites = sitesOf([&](const json& o) {
-                if (o["op"] != "all_reduce" || o.value("attrs", json::object()).value("reduce", "sum") == "max") return false;
+                if (o["op"] != "all_reduce" || o.value("attrs", json::object()).value("reduce", "sum") == "max" || storedAcross(o)) return false;
                 auto s = shapeOf(o["inputs"][0].get<std::string>());
                 for (auto d : s) if (d % static_cast<std::int64_t>(o["group"].size()) == 0) return true;
                 return false;
@@ -315,7 +336,7 @@ Case rewrite(const json& base, std::mt19937_64& rng, int serial) {
             return m;
         }
         case 1: {  // an averaging all-reduce as a summing one, each member then scaling by 1/group size
-            auto sites = sitesOf([&](const json& o) { return o["op"] == "all_reduce" && o.value("attrs", json::object()).value("reduce", "sum") == "mean"; });
+            auto sites = sitesOf([&](const json& o) { return o["op"] == "all_reduce" && o.value("attrs", json::object()).value("reduce", "sum") == "mean" && !storedAcross(o); });
             if (sites.empty()) return m;
             auto i = sites[any(sites.size())];
             json op = ops[i];

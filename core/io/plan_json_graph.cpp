@@ -419,6 +419,19 @@ void Reader::readGraph(const json& obj, const std::string& base, Graph& g, bool 
         // microbatch's instance; an op of no microbatch (one instance per replica) reading one
         // would have no single instance to read. Only the accumulation across microbatches
         // bridges the two (and collectives across replicas, checked above).
+        // The mirror: an op of microbatch 0 runs once per microbatch, so a tensor of no microbatch
+        // it wrote would have one instance written by every microbatch's copy (written out, M
+        // producers of one tensor, whose values may differ: refused, found by the oracle fuzzer
+        // on a member plan).
+        if (parallel && plan_->replication.microbatches > 1 && info.microbatch >= 0)
+            for (std::size_t k = 0; k < outs.size(); ++k)
+                if (g.tensors[outs[k]].microbatch < 0) {
+                    fail(path + "/outputs/" + std::to_string(k), who + ": with microbatches stored once, an op of microbatch " +
+                                                                std::to_string(info.microbatch) + " runs for every microbatch and cannot write " +
+                                                                tensorLabel(g, outs[k]) + ", a tensor of no microbatch (one per replica: give it microbatch " +
+                                                                std::to_string(info.microbatch) + ", or the op none)");
+                    break;
+                }
         if (parallel && plan_->replication.microbatches > 1 && info.microbatch < 0 && !info.acrossMicrobatches && !info.acrossReplicas)
             for (std::size_t k = 0; k < ins.size(); ++k)
                 if (g.tensors[ins[k]].microbatch >= 0) {
