@@ -192,18 +192,27 @@ private slots:
     void replicasStoredOnceMeanTheWrittenOutPlan_data() {
         QTest::addColumn<Options>("options");
         QTest::addColumn<int>("listed");
-        QTest::newRow("llama3 dp4 tp2 pp2 nm2") << with(small("llama3"), [](Options& x) { x.dp = 4; x.tp = 2; x.pp = 2; x.microbatches = 2; }) << 1;
+        QTest::addColumn<int>("members");  // stored once in the file (the cp group's or the expert-parallel group's)
+        QTest::newRow("llama3 dp4 tp2 pp2 nm2") << with(small("llama3"), [](Options& x) { x.dp = 4; x.tp = 2; x.pp = 2; x.microbatches = 2; }) << 1 << 1;
         QTest::newRow("deepseek dp8 ep2 pp2 nm2 zero1 clipped")
-            << with(small("deepseek"), [](Options& x) { x.dp = 8; x.ep = 2; x.pp = 2; x.microbatches = 2; x.zero = 1; x.clipGrad = "1"; }) << 2;
+            << with(small("deepseek"), [](Options& x) { x.dp = 8; x.ep = 2; x.pp = 2; x.microbatches = 2; x.zero = 1; x.clipGrad = "1"; }) << 2 << 2;
         QTest::newRow("deepseek dp8 tp2 ep4 etp2 nm2 zero2")
-            << with(small("deepseek"), [](Options& x) { x.dp = 8; x.tp = 2; x.ep = 4; x.etp = 2; x.microbatches = 2; x.zero = 2; }) << 4;
+            << with(small("deepseek"), [](Options& x) { x.dp = 8; x.tp = 2; x.ep = 4; x.etp = 2; x.microbatches = 2; x.zero = 2; }) << 4 << 4;
         // One expert-parallel group: only the microbatches and the members repeat.
         QTest::newRow("deepseek dp2 ep2 pp2 nm2 zero1")
-            << with(small("deepseek"), [](Options& x) { x.dp = 2; x.ep = 2; x.pp = 2; x.microbatches = 2; x.zero = 1; }) << 2;
+            << with(small("deepseek"), [](Options& x) { x.dp = 2; x.ep = 2; x.pp = 2; x.microbatches = 2; x.zero = 1; }) << 2 << 2;
+        // Context parallelism (K and V all-gathered): cp member 0 of each stage's group stored.
+        QTest::newRow("llama3 dp2 tp2 cp2 pp2 nm2 zero1")
+            << with(small("llama3"), [](Options& x) { x.dp = 2; x.tp = 2; x.cp = 2; x.pp = 2; x.microbatches = 2; x.zero = 1; }) << 1 << 2;
+        QTest::newRow("llama3 dp4 cp4 nm2 clipped")
+            << with(small("llama3"), [](Options& x) { x.dp = 4; x.cp = 4; x.microbatches = 2; x.clipGrad = "1"; }) << 1 << 4;
+        QTest::newRow("llama3 dp1 cp2 pp2 nm2: microbatches only")
+            << with(small("llama3"), [](Options& x) { x.cp = 2; x.pp = 2; x.microbatches = 2; }) << 1 << 2;
     }
     void replicasStoredOnceMeanTheWrittenOutPlan() {
         QFETCH(Options, options);
         QFETCH(int, listed);
+        QFETCH(int, members);
         auto o = options;
         auto compact = generateAndRead(o);
         o.format = 1;
@@ -214,10 +223,11 @@ private slots:
         QCOMPARE(compact->replication.degree, o.dp / listed);
         // An expert-parallel group is stored as one member (plan-format.md §7.3), written out by
         // the reader into the group listed: the file holds a member's ops, the plan the group's.
-        QCOMPARE(compact->membersStoredOnce, listed);
-        if (listed > 1) {
+        QCOMPARE(compact->membersStoredOnce, members);
+        if (members > 1) {
             auto doc = gen::generatePlan(options);
-            QCOMPARE(doc["parallel"]["replicas"].value("members", 0), listed);
+            QCOMPARE(doc["parallel"]["replicas"].value("members", 0), members);
+            QCOMPARE(doc["parallel"]["replicas"].value("member_axis", std::string("dp")), std::string(options.cp > 1 ? "cp" : "dp"));
             QVERIFY(!doc["parallel"]["replicas"].contains("listed"));
             std::size_t acrossMembers = 0;
             for (const auto& op : doc["parallel"]["ops"]) acrossMembers += op.value("across_members", false) ? 1 : 0;
@@ -237,7 +247,7 @@ private slots:
                     : op.acrossMicrobatches ? static_cast<std::size_t>(compact->replication.degree * (o.microbatches - 1))
                                             : static_cast<std::size_t>(compact->replication.instances(op.microbatch));
         }
-        QVERIFY(across > 0);
+        QVERIFY(across > 0 || o.dp == 1);
         QVERIFY(accumulations > 0);
         QCOMPARE(expanded.parallel.ops.size(), want);
         QCOMPARE(expanded.parallel.ops.size(), full->parallel.ops.size());
@@ -305,8 +315,9 @@ private slots:
         QVERIFY(repeats >= 10);
         QVERIFY(shifted >= 2);
         QVERIFY2(stored.dump().size() * 2 < plain.dump().size(), (std::to_string(stored.dump().size()) + " vs " + std::to_string(plain.dump().size())).c_str());
-        // Read back, the plan is the format 2 one and the writer finds the same repeats again.
-        auto a = readPlanJson(stored), b = readPlanJson(plain);
+        // Read back (as stored: a plan storing cp members once keeps them so), the plan is the
+        // format 2 one and the writer finds the same repeats again.
+        auto a = readPlanJson(stored, ReadOptions{true}), b = readPlanJson(plain, ReadOptions{true});
         QVERIFY(a.ok() && b.ok());
         QVERIFY(a.plan->storedWithRepeats && !b.plan->storedWithRepeats);
         QCOMPARE(writePlanJson(*a.plan)["parallel"]["ops"].size(), stored["parallel"]["ops"].size());

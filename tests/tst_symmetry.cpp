@@ -8,6 +8,7 @@
 #include "generate/generator.hpp"
 #include "io/plan_json.hpp"
 #include "io/plan_members.hpp"
+#include "io/plan_repeats.hpp"
 #include "model/instance_names.hpp"
 #include "verify/check.hpp"
 #include "verify/symmetry.hpp"
@@ -35,6 +36,22 @@ Options deepseekOverReplicas(int dp, int ep, int zero, const std::string& clip =
     o.microbatches = 2;
     o.zero = zero;
     o.clipGrad = clip;
+    o.format = 2;
+    return o;
+}
+
+/// A small Llama with context parallelism (K and V all-gathered), stored in format 2: the cp
+/// members stored once (plan-format.md §7.3, "member_axis": "cp").
+Options llamaOverCp(int dp, int cp, int tp, int pp, int zero, int microbatches = 2) {
+    Options o;
+    o.model = "llama3";
+    o.layers = 2;
+    o.dp = dp;
+    o.cp = cp;
+    o.tp = tp;
+    o.pp = pp;
+    o.zero = zero;
+    o.microbatches = microbatches;
     o.format = 2;
     return o;
 }
@@ -94,8 +111,18 @@ static void storedAgreesWithWrittenOut(const Plan& plan, const QString& failingO
     QCOMPARE(stored(asStored.failure->parallelOp), stored(writtenOut.failure->parallelOp));
     QVERIFY2(QString::fromStdString(asStored.failure->parallelOp).contains(failingOp), asStored.failure->parallelOp.c_str());
     QCOMPARE(QString::fromStdString(asStored.failure->tensor), QString::fromStdString(writtenOut.failure->tensor));
-    // Within the stored replica (one member of each group stored: within the member).
-    const auto S = plan.replication.members > 1 ? plan.replication.memberRanks : plan.replication.ranksPerReplica;
+    // Within the stored replica (one member of each group stored: within the member; cp members
+    // stored once: the stored rank with the same coordinates but cp 0).
+    const auto& rep = plan.replication;
+    if (rep.members > 1 && rep.memberAxis == Axis::CP) {
+        auto base = [&](std::int32_t r) {
+            r %= rep.ranksPerReplica;
+            return r - plan.ranks[static_cast<std::size_t>(r)].at(Axis::CP) * rep.memberRanks;
+        };
+        QCOMPARE(base(asStored.failure->rank), base(writtenOut.failure->rank));
+        return;
+    }
+    const auto S = rep.members > 1 ? rep.memberRanks : rep.ranksPerReplica;
     QCOMPARE(asStored.failure->rank % S, writtenOut.failure->rank % S);
 }
 
@@ -324,6 +351,116 @@ private slots:
         QCOMPARE(writePlanText(written), writePlanText(*listed.plan));
         // And the whole plan written out, from either.
         QCOMPARE(writePlanText(expandReplicas(*stored.plan)), writePlanText(expandReplicas(*listed.plan)));
+    }
+
+    // Context parallelism stored as cp member 0 (plan-format.md §7.3, "member_axis": "cp"), read
+    // as the verifier reads it: the stages every cp member runs alike (attention on its query
+    // rows against the gathered K and V, the MLP, the norms) proven on member 0, the K/V
+    // all-gathers, the cp reduce-scatters and the mask's and tables' chunks by member written out
+    // over the members, the reducers over everything. Verdict, failing stored op and rank agree
+    // with the plan written out, correct and with a mutation in each kind of stage.
+    void cpMembersStoredOnceMatchWrittenOut_data() {
+        QTest::addColumn<Mutation>("mutate");
+        QTest::addColumn<QString>("failingOp");  // empty: equivalent
+        auto row = [](const char* name, Mutation m, const char* op) { QTest::newRow(name) << m << QString(op); };
+        row("correct", [](json&) {}, "");
+        row("the stored member's mask add", [](json& d) { opNamed(d, "layers.1.attention.mask@r1")["op"] = "sub"; }, "layers.1.attention.mask@r1");
+        row("every member takes the mask's first rows", [](json& d) {
+                for (auto& op : d["parallel"]["ops"])
+                    if (op["id"].get<std::string>().starts_with("attn.causal_mask.cp.chunk")) op.erase("index_from_member");
+            }, "attn.causal_mask.cp.chunk");
+        row("every member takes the rope table's first rows", [](json& d) {
+                for (auto& op : d["parallel"]["ops"])
+                    if (op["id"].get<std::string>().starts_with("rope.sin.cp.chunk")) op.erase("index_from_member");
+            }, "rope.sin.cp.chunk");
+        row("a gradient's cp reduce-scatter averages", [](json& d) {
+                opNamed(d, "bw.layers.1.attention_norm.grad_sum.cp.reduce_scatter@r0")["attrs"]["reduce"] = "mean";
+            }, "bw.layers.1.attention_norm.grad_sum.cp.reduce_scatter@r");  // one of the tp partial sum's two terms
+        row("a dense reducer sums", [](json& d) {
+                for (auto& op : d["parallel"]["ops"])
+                    if (op.value("across_replicas", false) && op["op"] == "all_reduce") {
+                        op["attrs"]["reduce"] = "sum";
+                        return;
+                    }
+                qFatal("no all-reduce across replicas");
+            }, "dp_allreduce");
+    }
+    void cpMembersStoredOnceMatchWrittenOut() {
+        QFETCH(Mutation, mutate);
+        QFETCH(QString, failingOp);
+        auto doc = expandRepeats(gen::generatePlan(llamaOverCp(2, 2, 2, 1, 0))).doc;
+        QCOMPARE(doc["parallel"]["replicas"].value("members", 0), 2);
+        QCOMPARE(doc["parallel"]["replicas"].value("member_axis", std::string()), std::string("cp"));
+        mutate(doc);
+        auto res = readPlanJson(doc, ReadOptions{true});
+        QVERIFY2(res.ok(), res.problems.empty() ? "" : res.problems.front().toString().c_str());
+        const auto& plan = *res.plan;
+        QCOMPARE(plan.replication.members, 2);
+        QVERIFY(plan.replication.memberAxis == Axis::CP);
+        QCOMPARE(plan.replication.memberRanks, 2);  // tp 2: member j is rank + 2j
+        QCOMPARE(plan.replication.degree, 2);
+        QCOMPARE(plan.replication.listedDp, 1);
+        // Only cp member 0's ranks (cp coordinate 0) are listed.
+        for (const auto& t : plan.parallel.tensors) QCOMPARE(plan.ranks[static_cast<std::size_t>(t.rank)].at(Axis::CP), 0);
+        const auto sp = cutStages(plan);
+        int onMember = 0, overMembers = 0, whole = 0;
+        for (const auto& st : sp.stages) {
+            if (provenByReplicaZero(plan, st)) ++onMember;
+            else if (provenAlongReplicas(plan, st)) ++overMembers;
+            else ++whole;
+        }
+        QVERIFY2(onMember > overMembers && overMembers > 0 && whole > 0,
+                 (std::to_string(onMember) + " " + std::to_string(overMembers) + " " + std::to_string(whole)).c_str());
+        storedAgreesWithWrittenOut(plan, failingOp);
+        auto again = readPlanJson(writePlanJson(plan), ReadOptions{true});
+        QVERIFY(again.ok());
+        QCOMPARE(writePlanText(*again.plan), writePlanText(plan));
+    }
+
+    // The two write-outs of cp members (the reader's on the document, the verifier's on the plan
+    // read as stored) agree text for text, and so do the whole plans written out from them.
+    void cpMemberWriteOutsAgree_data() {
+        QTest::addColumn<int>("dp");
+        QTest::addColumn<int>("cp");
+        QTest::addColumn<int>("tp");
+        QTest::addColumn<int>("pp");
+        QTest::addColumn<int>("zero");
+        QTest::newRow("dp2 cp2 tp2") << 2 << 2 << 2 << 1 << 0;
+        QTest::newRow("dp2 cp4 pp2 zero1") << 2 << 4 << 1 << 2 << 1;
+        QTest::newRow("dp1 cp2 tp2 pp2: microbatches only") << 1 << 2 << 2 << 2 << 0;
+    }
+    void cpMemberWriteOutsAgree() {
+        QFETCH(int, dp);
+        QFETCH(int, cp);
+        QFETCH(int, tp);
+        QFETCH(int, pp);
+        QFETCH(int, zero);
+        const auto doc = gen::generatePlan(llamaOverCp(dp, cp, tp, pp, zero));
+        QCOMPARE(doc["parallel"]["replicas"].value("members", 0), cp);
+        auto listed = readPlanJson(doc);
+        auto stored = readPlanJson(doc, ReadOptions{true});
+        QVERIFY(listed.ok() && stored.ok());
+        QCOMPARE(listed.plan->membersStoredOnce, cp);
+        QCOMPARE(listed.plan->replication.members, 1);
+        QCOMPARE(listed.plan->replication.listedDp, 1);
+        QCOMPARE(stored.plan->replication.members, cp);
+        QCOMPARE(stored.plan->replication.memberRanks, tp);
+        const auto written = writeOutMembers(*stored.plan, nullptr, nullptr);
+        QCOMPARE(written.replication.members, 1);
+        QCOMPARE(written.parallel.ops.size(), listed.plan->parallel.ops.size());
+        QCOMPARE(writePlanText(written), writePlanText(*listed.plan));
+        QCOMPARE(writePlanText(expandReplicas(*stored.plan)), writePlanText(expandReplicas(*listed.plan)));
+        // Member j's copies carry "~cp<j>" and run on rank + j * tp, with cp coordinate j.
+        const auto& P = listed.plan->parallel;
+        std::size_t seen = 0;
+        for (const auto& t : P.tensors) {
+            const auto name = listed.plan->names.str(t.name);
+            const auto at = name.find("~cp");
+            const int j = at == std::string::npos ? 0 : std::stoi(name.substr(at + 3));
+            QCOMPARE(listed.plan->ranks[static_cast<std::size_t>(t.rank)].at(Axis::CP), j);
+            seen += j > 0 ? 1 : 0;
+        }
+        QCOMPARE(seen * static_cast<std::size_t>(cp), P.tensors.size() * static_cast<std::size_t>(cp - 1));
     }
 
     // Which stages replica 0 proves alone in a dp2 tp2 plan: the forward and backward data path,

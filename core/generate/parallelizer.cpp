@@ -20,6 +20,11 @@ Parallelizer::Parallelizer(const LogicalModel& m, const ParallelConfig& c) : M(m
     listedMb = c.compactMicrobatches ? 1 : c.microbatches;
     membersOnce = c.ep > 1 && (c.compactReplicas || c.compactMicrobatches);
     listedDp = membersOnce ? 1 : c.compactReplicas ? std::max(1, c.ep) : c.dp;
+    // Context parallelism with its K/V all-gathered: every cp member runs one program on its part
+    // of the sequence, so with the replicas stored once member 0 stands for the group. (Ring
+    // attention's steps differ by member: which block arrives, which mask block it meets.)
+    cpMembersOnce = c.cp > 1 && !c.cpRing && !membersOnce && (listedDp < c.dp || listedMb < c.microbatches);
+    listedCp = cpMembersOnce ? 1 : c.cp;
     // Layers split over the stages as evenly as they go: the first (layers mod pp) stages
     // take one layer more (126 layers over 16 stages: 14 stages of 8, then 2 of 7).
     for (int s = 0; s < c.pp; ++s) {
@@ -79,6 +84,10 @@ json Parallelizer::run() {
     if (compact()) par["replicas"] = json{{"axis", "dp"}};
     if (compact() && listedDp > 1) par["replicas"]["listed"] = listedDp;
     if (membersOnce) par["replicas"]["members"] = C.ep;
+    if (cpMembersOnce) {
+        par["replicas"]["members"] = C.cp;
+        par["replicas"]["member_axis"] = "cp";
+    }
     if (compactMicrobatches()) par["replicas"]["microbatches"] = true;
     return json{{"logical", logicalJson()}, {"parallel", par}, {"lineage", lineage()}};
 }
@@ -98,7 +107,7 @@ void Parallelizer::orderBySchedule() {
         if (i < nm - warm) return warm + 2 * i + 1;
         return warm + 2 * (nm - warm) + (i - (nm - warm));
     };
-    auto stageOfRank = [&](int rank) { return (rank / G()) % C.pp; };
+    auto stageOfRank = [&](int rank) { return (rank / (C.tp * C.cp)) % C.pp; };
     std::vector<std::pair<std::int64_t, std::size_t>> keys;
     for (std::size_t i = 0; i < pops.size(); ++i) {
         const auto& o = pops[i];

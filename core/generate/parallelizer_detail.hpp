@@ -131,6 +131,13 @@ private:
     /// One member of each expert-parallel group stored (listedDp 1): the others are written out
     /// by the reader (across_members collectives, index_from_member chunks, "members" records).
     bool membersOnce = false;
+    /// Context-parallel members stored once (plan-format.md §7.3, "member_axis": "cp"): only cp
+    /// member 0 of each stage's group is listed (listedCp 1); the reader writes out the others
+    /// (their collectives across_members, their chunks index_from_member, records "members").
+    int listedCp = 1;
+    bool cpMembersOnce = false;
+    /// The flags of a cp collective, or of a chunk by cp member, in the stored form.
+    json cpFlags(const char* key) const { return cpMembersOnce ? json{{key, true}} : json::object(); }
     bool compact() const { return listedDp < C.dp || listedMb < C.microbatches; }
     /// Flags of a collective over the data-parallel replicas (`replicas`) and over the members of
     /// an expert-parallel group (`members`), in the stored form.
@@ -167,11 +174,13 @@ private:
     int laneBlock(int kk, int m) const { return ((kk / C.ep) * listedMb + m) * C.ep + kk % C.ep; }
     bool tpAxis() const { return C.tp > 1; }
     bool cpAxis() const { return C.cp > 1; }
-    /// The members of one stage's group: cp x tp, cp-major.
-    int G() const { return C.tp * C.cp; }
+    /// The members of one stage's group listed: cp x tp, cp-major (only cp member 0's tp group
+    /// when the cp members are stored once).
+    int G() const { return C.tp * listedCp; }
     int member(int c, int t) const { return c * C.tp + t; }
-    /// Ranks: dp outermost, then pp, then cp, then tp (innermost).
-    int rankOf(int k, int s, int g) const { return (k * C.pp + s) * G() + g; }
+    /// Ranks: dp outermost, then pp, then cp, then tp (innermost). A listed group member g is the
+    /// same position in the whole group (cp member 0 comes first).
+    int rankOf(int k, int s, int g) const { return (k * C.pp + s) * C.tp * C.cp + g; }
     /// One instance per replica (shared by its microbatches), or one per lane.
     static bool perReplica(const Placement& p) {
         return p.lane.st == St::Rep || p.lane.st == St::DpShard || p.lane.st == St::EpShard || p.lane.st == St::EpSum;

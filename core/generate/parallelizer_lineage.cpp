@@ -90,7 +90,7 @@ json Parallelizer::lineage() const {
         const auto& p = v0.pl;
         const auto& full = lt(v0.logical).shape;
         const int tpSlices = p.tp.st == St::Shard ? C.tp : 1;
-        const int cpSlices = p.cp.st == St::Shard ? C.cp : 1;
+        const int cpSlices = p.cp.st == St::Shard ? listedCp : 1;
         json slices = json::array();
         for (const auto& ls : laneSlices(p.lane, full))
           for (int cs = 0; cs < cpSlices; ++cs)
@@ -121,8 +121,8 @@ json Parallelizer::lineage() const {
                 else termTp = {-1};
                 std::vector<int> copyCp, termCp;
                 if (p.cp.st == St::Shard) copyCp = {cs};
-                else if (p.cp.st == St::Rep) for (int c = 0; c < C.cp; ++c) copyCp.push_back(c);
-                if (p.cp.st == St::Partial) { copyCp = {-1}; for (int c = 0; c < C.cp; ++c) termCp.push_back(c); }
+                else if (p.cp.st == St::Rep) for (int c = 0; c < listedCp; ++c) copyCp.push_back(c);
+                if (p.cp.st == St::Partial) { copyCp = {-1}; for (int c = 0; c < listedCp; ++c) termCp.push_back(c); }
                 else termCp = {-1};
                 json copies = json::array();
                 for (const auto* v : group)
@@ -160,6 +160,11 @@ json Parallelizer::lineage() const {
                 rec["members"] = json{{"split_dim", a.dim}};
             else
                 rec["members"] = a.st == St::Partial || a.st == St::EpSum ? "sum" : "copies";
+        }
+        if (cpMembersOnce) {
+            // How it repeats over the cp members: split along the sequence, summed, or copies.
+            const auto& a = p.cp;
+            rec["members"] = a.st == St::Shard ? json{{"split_dim", a.dim}} : a.st == St::Partial ? json("sum") : json("copies");
         }
         records.push_back(std::move(rec));
     }

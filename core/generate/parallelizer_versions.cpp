@@ -313,7 +313,9 @@ int Parallelizer::groupConvert(int vi, bool cpAx, AxisState to) {
     auto k = placementKey(src.logical, src.stage, p);
     if (auto it = cache.find(k); it != cache.end()) return it->second;
     const auto& name = lt(src.logical).name + (cpAx && tpAxis() ? ".cp" : "");
-    const int n = cpAx ? C.cp : C.tp, others = cpAx ? C.tp : C.cp;
+    // Listed: with the cp members stored once, member 0's part of a cp collective (one rank).
+    const int n = cpAx ? listedCp : C.tp, others = cpAx ? C.tp : listedCp, parts = cpAx ? C.cp : C.tp;
+    const json extra = cpAx ? cpFlags("across_members") : json::object();
     std::string what = from.st == St::Rep                               ? ".chunk"
                        : from.st == St::Shard && to.st == St::Shard ? ".resplit"
                        : from.st == St::Shard                       ? ".gathered"
@@ -336,22 +338,23 @@ int Parallelizer::groupConvert(int vi, bool cpAx, AxisState to) {
             for (int t = 0; t < n; ++t)
                 emitLocal(name + ".chunk" + instanceSuffix(m, group[static_cast<std::size_t>(t)]), "chunk",
                           group[static_cast<std::size_t>(t)], m, phaseOf(src.logical), {ins[static_cast<std::size_t>(t)]},
-                          {outs[static_cast<std::size_t>(t)]}, json{{"dim", to.dim}, {"parts", n}, {"index", t}});
+                          {outs[static_cast<std::size_t>(t)]}, json{{"dim", to.dim}, {"parts", parts}, {"index", t}},
+                          cpAx ? cpFlags("index_from_member") : json::object());
         } else if (from.st == St::Shard && to.st == St::Shard) {
             // Split along another dim: each member sends every other member the part of its
             // piece that member keeps (an all-to-all; the MoE dispatch of tokens split along
             // the sequence to experts split over the group).
             emitCollective(name + ".all_to_all" + instanceSuffix(m, group[0]), "all_to_all", group, m, src.logical, ins, outs,
-                           json{{"split_dim", to.dim}, {"concat_dim", from.dim}});
+                           json{{"split_dim", to.dim}, {"concat_dim", from.dim}}, extra);
         } else if (from.st == St::Shard) {
             emitCollective(name + ".all_gather" + instanceSuffix(m, group[0]), "all_gather", group, m, src.logical, ins, outs,
-                           json{{"dim", from.dim}});
+                           json{{"dim", from.dim}}, extra);
         } else if (to.st == St::Rep) {
             emitCollective(name + ".all_reduce" + instanceSuffix(m, group[0]), "all_reduce", group, m, src.logical, ins, outs,
-                           json{{"reduce", "sum"}});
+                           json{{"reduce", "sum"}}, extra);
         } else {
             emitCollective(name + ".reduce_scatter" + instanceSuffix(m, group[0]), "reduce_scatter", group, m, src.logical, ins, outs,
-                           json{{"dim", to.dim}, {"reduce", "sum"}});
+                           json{{"dim", to.dim}, {"reduce", "sum"}}, extra);
         }
     }
     return nv;

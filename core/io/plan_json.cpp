@@ -125,7 +125,9 @@ void Reader::readAll() {
     // A plan stored with replicas lists replica 0: its tensors and ops use ranks [0, ranksPerReplica).
     auto allRanks = plan_->ranks;
     if (plan_->replication.active())
-        plan_->ranks.resize(static_cast<std::size_t>(plan_->replication.members > 1 ? plan_->replication.memberRanks : plan_->replication.ranksPerReplica));
+        plan_->ranks.resize(static_cast<std::size_t>(plan_->replication.members > 1 && plan_->replication.memberAxis == Axis::DP
+                                                         ? plan_->replication.memberRanks
+                                                         : plan_->replication.ranksPerReplica));
     readGraph(*logical, "/logical", plan_->logical, false);
     readGraph(*parallel, "/parallel", plan_->parallel, true);
     if (!bad())
@@ -140,7 +142,7 @@ void Reader::readReplicas(const json& par) {
         fail("/parallel/replicas", "\"replicas\" needs \"version\": 2");
         return;
     }
-    rejectUnknownKeys(*r, "/parallel/replicas", {"axis", "microbatches", "listed", "members"}, "replicas");
+    rejectUnknownKeys(*r, "/parallel/replicas", {"axis", "microbatches", "listed", "members", "member_axis"}, "replicas");
     auto* axis = stringMember(*r, "axis", "/parallel/replicas");
     if (!axis) return;
     if (axis->get<std::string>() != "dp") {
@@ -179,6 +181,29 @@ void Reader::readReplicas(const json& par) {
         }
         listed = members;
     }
+    // "member_axis": "cp" (plan-format.md §7.3): the members are a context-parallel group inside
+    // each replica, not data-parallel ranks.
+    bool cpMembers = false;
+    if (auto it = r->find("member_axis"); it != r->end()) {
+        if (members < 2) {
+            fail("/parallel/replicas/member_axis", "\"member_axis\" goes with \"members\"");
+            return;
+        }
+        if (!it->is_string() || (*it != "dp" && *it != "cp")) {
+            fail("/parallel/replicas/member_axis", "\"member_axis\" is \"dp\" (an expert-parallel group of data-parallel ranks, the default) or \"cp\" "
+                                                   "(a context-parallel group)");
+            return;
+        }
+        cpMembers = *it == "cp";
+    }
+    if (cpMembers) {
+        if (members != plan_->mesh.at(Axis::CP)) {
+            fail("/parallel/replicas/members", "\"members\" " + std::to_string(members) + " along cp is not the mesh's cp (" +
+                                                   std::to_string(plan_->mesh.at(Axis::CP)) + "): the stored member stands for its whole context-parallel group");
+            return;
+        }
+        listed = 1;
+    }
     const std::string key = members > 1 ? "members" : "listed";
     if (dpRanks % listed != 0) {
         fail("/parallel/replicas/" + key, "\"" + key + "\" " + std::to_string(listed) + " does not divide dp " + std::to_string(dpRanks) +
@@ -186,6 +211,10 @@ void Reader::readReplicas(const json& par) {
         return;
     }
     const auto D = static_cast<std::int32_t>(dpRanks / listed);
+    if (cpMembers && D < 2 && !microbatches) {
+        fail("/parallel/replicas/members", "cp members stored once come with the replicas stored once: dp of 2 or more, or the microbatches stored once");
+        return;
+    }
     if (D < 2 && !microbatches) {
         fail("/parallel/replicas", listed > 1 ? "\"" + key + "\" " + std::to_string(listed) + " is every data-parallel rank (dp " + std::to_string(dpRanks) +
                                                     "): one group stores nothing once; list fewer ranks, or store the microbatches once"
@@ -220,6 +249,20 @@ void Reader::readReplicas(const json& par) {
         plan_->replication.listedDp = 1;
         plan_->replication.members = static_cast<std::int32_t>(members);
         plan_->replication.memberRanks = perDpRank;
+        if (cpMembers) {
+            // Member j of a stored rank r is rank r + j * step, with r's coordinates but cp j.
+            std::vector<std::array<std::int32_t, 6>> coords;
+            for (const auto& ri : plan_->ranks) coords.push_back(ri.coord);
+            std::string why;
+            std::int64_t bad = -1;
+            const auto step = cpMemberStep(coords, static_cast<std::int32_t>(members), why, bad);
+            if (step == 0) {
+                fail(bad >= 0 ? "/parallel/ranks/" + std::to_string(bad) : std::string("/parallel/ranks"), "with cp members stored once, " + why);
+                return;
+            }
+            plan_->replication.memberRanks = static_cast<std::int32_t>(step);
+            plan_->replication.memberAxis = Axis::CP;
+        }
     }
 }
 

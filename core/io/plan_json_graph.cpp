@@ -82,7 +82,9 @@ void Reader::readGraph(const json& obj, const std::string& base, Graph& g, bool 
         if (parallel) {
             std::int64_t rank = -1;
             if (t.contains("rank")) {
-                if (intMember(t, "rank", path, rank, true, 0, nranks - 1)) info.rank = static_cast<std::int32_t>(rank);
+                if (intMember(t, "rank", path, rank, true, 0, nranks - 1) &&
+                    !unstoredCpRank(static_cast<std::int32_t>(rank), path + "/rank", "parallel tensor \"" + name + "\""))
+                    info.rank = static_cast<std::int32_t>(rank);
             } else {
                 fail(path, "parallel tensor \"" + name + "\" needs a \"rank\"");
             }
@@ -227,6 +229,7 @@ void Reader::readGraph(const json& obj, const std::string& base, Graph& g, bool 
                             continue;
                         }
                         auto r = static_cast<std::int32_t>(v.get<std::int64_t>());
+                        if (unstoredCpRank(r, path + "/group/" + std::to_string(k), who)) continue;
                         if (std::find(group.begin(), group.end(), r) != group.end())
                             fail(path + "/group/" + std::to_string(k), who + ": rank " + std::to_string(r) + " appears twice in the group");
                         group.push_back(r);
@@ -298,6 +301,8 @@ void Reader::readGraph(const json& obj, const std::string& base, Graph& g, bool 
                     const auto p = ok ? attrs["parts"].get<std::int64_t>() : 0, k = ok ? attrs["index"].get<std::int64_t>() : 0;
                     if (!ok)
                         fail(path + "/index_from_member", who + ": index_from_member is for chunk ops (with integer \"parts\" and \"index\")");
+                    else if (byReplica && plan_->replication.memberAxis == Axis::CP)
+                        fail(path + "/index_from_member", who + ": with cp members stored once, a chunk takes its index from the member or from the replica, not both");
                     else if (byReplica ? (p != std::int64_t(D) * N || k != 0) : (p < N || p % N != 0 || k < 0 || k >= p / N))
                         fail(path + "/index_from_member",
                              byReplica ? who + ": a chunk indexed by replica and member has parts dp (" + std::to_string(std::int64_t(D) * N) +
@@ -348,6 +353,7 @@ void Reader::readGraph(const json& obj, const std::string& base, Graph& g, bool 
                 if (o.contains("group")) fail(path + "/group", who + ": only collectives have a \"group\"");
                 std::int64_t rank = -1;
                 if (!intMember(o, "rank", path, rank, true, 0, nranks - 1)) continue;
+                if (unstoredCpRank(static_cast<std::int32_t>(rank), path + "/rank", who)) continue;
                 info.rank = static_cast<std::int32_t>(rank);
                 for (std::size_t k = 0; k < ins.size(); ++k)
                     if (g.tensors[ins[k]].rank != info.rank)

@@ -1,5 +1,7 @@
 #include "io/plan_members.hpp"
 
+#include "model/plan.hpp"
+
 #include <string>
 #include <unordered_map>
 
@@ -9,9 +11,6 @@ using json = nlohmann::json;
 
 namespace {
 
-/// Member j's copy of a stored parallel tensor or op name (member 0 keeps the stored name).
-std::string memberName(const std::string& stored, std::int32_t j) { return j == 0 ? stored : stored + "~ep" + std::to_string(j); }
-
 const json* member(const json& obj, const char* key) {
     if (!obj.is_object()) return nullptr;
     auto it = obj.find(key);
@@ -19,6 +18,43 @@ const json* member(const json& obj, const char* key) {
 }
 
 }  // namespace
+
+std::string memberName(const std::string& stored, std::int32_t j, bool cpAxis) {
+    return j == 0 ? stored : stored + (cpAxis ? "~cp" : "~ep") + std::to_string(j);
+}
+
+std::int64_t cpMemberStep(const std::vector<std::array<std::int32_t, 6>>& coords, std::int32_t cp, std::string& why, std::int64_t& badRank) {
+    constexpr auto C = static_cast<std::size_t>(Axis::CP);
+    const auto n = static_cast<std::int64_t>(coords.size());
+    std::int64_t step = 0;
+    while (step < n && coords[static_cast<std::size_t>(step)][C] == 0) ++step;
+    badRank = -1;
+    if (step == 0 || step == n || coords[static_cast<std::size_t>(step)][C] != 1) {
+        badRank = step < n ? step : -1;
+        why = step == n ? "no rank has cp 1" : "rank " + std::to_string(step) + " is the first with a cp coordinate, and has cp " +
+                                                   std::to_string(coords[static_cast<std::size_t>(step)][C]) + ", not 1";
+        return 0;
+    }
+    if (n % (step * cp) != 0) {
+        why = "the " + std::to_string(n) + " ranks are not blocks of " + std::to_string(step) + " ranks per cp coordinate, " + std::to_string(cp) + " of them";
+        return 0;
+    }
+    for (std::int64_t r = 0; r < n; ++r) {
+        const auto c = (r / step) % cp;
+        const auto& at = coords[static_cast<std::size_t>(r)];
+        const auto& base = coords[static_cast<std::size_t>(r - c * step)];
+        bool same = at[C] == c;
+        for (std::size_t a = 0; a < at.size() && same; ++a)
+            if (a != C && at[a] != base[a]) same = false;
+        if (!same) {
+            badRank = r;
+            why = "rank " + std::to_string(r) + " should have cp " + std::to_string(c) + " and rank " + std::to_string(r - c * step) +
+                  "'s other coordinates (member j of a stored rank r is rank r + j * " + std::to_string(step) + ")";
+            return 0;
+        }
+    }
+    return step;
+}
 
 bool storesMembersOnce(const json& doc) {
     const auto* par = member(doc, "parallel");
@@ -57,17 +93,45 @@ MemberExpansion expandMembers(const json& doc, const RepeatOrigins* from) {
         fail(rpath + "/members", "members stored once need \"version\": 2 or 3");
         return x;
     }
-    std::int64_t dp = 1;
-    if (auto* mesh = member(par, "mesh"); mesh && mesh->is_object())
-        if (auto* d = member(*mesh, "dp"); d && d->is_number_integer()) dp = d->get<std::int64_t>();
-    if (dp < N || dp % N != 0) {
+    // The axis the members lie along: an expert-parallel group of data-parallel ranks (the
+    // default), or a context-parallel group inside each replica.
+    bool cpAxis = false;
+    if (auto* ax = member(rep, "member_axis")) {
+        if (!ax->is_string() || (*ax != "dp" && *ax != "cp")) {
+            fail(rpath + "/member_axis", "\"member_axis\" is \"dp\" (an expert-parallel group of data-parallel ranks, the default) or \"cp\" "
+                                         "(a context-parallel group)");
+            return x;
+        }
+        cpAxis = *ax == "cp";
+    }
+    auto meshDegree = [&](const char* axis) {
+        std::int64_t v = 1;
+        if (auto* mesh = member(par, "mesh"); mesh && mesh->is_object())
+            if (auto* d = member(*mesh, axis); d && d->is_number_integer()) v = d->get<std::int64_t>();
+        return v;
+    };
+    const std::int64_t dp = meshDegree("dp");
+    if (dp < 1 || dp > (1 << 20)) {
+        fail("/parallel/mesh/dp", "dp is " + std::to_string(dp) + ", must be from 1 to 2^20");
+        return x;
+    }
+    if (cpAxis && meshDegree("cp") != N) {
+        fail(rpath + "/members", "\"members\" " + std::to_string(N) + " along cp is not the mesh's cp (" + std::to_string(meshDegree("cp")) +
+                                     "): the stored member stands for its whole context-parallel group");
+        return x;
+    }
+    if (!cpAxis && (dp < N || dp % N != 0)) {
         fail(rpath + "/members", "\"members\" " + std::to_string(N) + " does not divide dp " + std::to_string(dp) +
                                      " (the expert-parallel group is N consecutive data-parallel ranks)");
         return x;
     }
-    const std::int64_t D = dp / N;
+    const std::int64_t D = cpAxis ? dp : dp / N;
     bool microbatchesOnce = false;
     if (auto* mb = member(rep, "microbatches"); mb && mb->is_boolean()) microbatchesOnce = mb->get<bool>();
+    if (cpAxis && D < 2 && !microbatchesOnce) {
+        fail(rpath + "/members", "cp members stored once come with the replicas stored once: dp of 2 or more, or the microbatches stored once");
+        return x;
+    }
     if (D < 2 && !microbatchesOnce) {
         fail(rpath + "/members", "\"members\" " + std::to_string(N) + " is every data-parallel rank (dp " + std::to_string(dp) +
                                      ") and the microbatches are not stored once: nothing repeats but the members; write the plan out");
@@ -90,7 +154,33 @@ MemberExpansion expandMembers(const json& doc, const RepeatOrigins* from) {
                                     ") data-parallel ranks of equally many ranks");
         return x;
     }
-    const std::int64_t Rm = nranks / dp;  // ranks per member: member j's are member 0's + j * Rm
+    // Member j's ranks are member 0's + j * Rm: along dp, Rm is a data-parallel rank's ranks and
+    // member 0's are [0, Rm); along cp, the step between cp coordinates, member 0's the ranks of
+    // replica 0 with cp 0.
+    std::int64_t Rm = nranks / dp;
+    std::vector<std::array<std::int32_t, 6>> coords;
+    if (cpAxis) {
+        const auto* rs = member(par, "ranks");
+        if (!rs || !rs->is_array()) {
+            fail("/parallel/ranks", "with cp members stored once, list the \"ranks\" with their coordinates");
+            return x;
+        }
+        for (const auto& r : *rs) {
+            std::array<std::int32_t, 6> c{};
+            for (auto a : kAxes)
+                if (auto* v = member(r, std::string(toString(a)).c_str()); v && v->is_number_integer())
+                    c[static_cast<std::size_t>(a)] = v->get<std::int64_t>() >= 0 && v->get<std::int64_t>() < (1 << 20) ? static_cast<std::int32_t>(v->get<std::int64_t>()) : -1;
+            coords.push_back(c);
+        }
+        std::string why;
+        std::int64_t bad = -1;
+        Rm = cpMemberStep(coords, N, why, bad);
+        if (Rm == 0) {
+            fail(bad >= 0 ? "/parallel/ranks/" + std::to_string(bad) : std::string("/parallel/ranks"), "with cp members stored once, " + why);
+            return x;
+        }
+    }
+    const std::int64_t perReplica = nranks / dp;
     // Bound what the members write out before writing it.
     std::size_t bytes = 0, entries = 0;
     for (const char* ptr : {"/parallel/tensors", "/parallel/ops", "/lineage"}) {
@@ -110,16 +200,26 @@ MemberExpansion expandMembers(const json& doc, const RepeatOrigins* from) {
     x.members = N;
     auto& xrep = x.doc["parallel"]["replicas"];
     xrep.erase("members");
-    xrep["listed"] = N;
-    auto rename = [&](const json& id, std::int32_t j) { return id.is_string() ? json(memberName(id.get<std::string>(), j)) : id; };
+    xrep.erase("member_axis");
+    if (!cpAxis) xrep["listed"] = N;
+    auto rename = [&](const json& id, std::int32_t j) { return id.is_string() ? json(memberName(id.get<std::string>(), j, cpAxis)) : id; };
     auto shiftRank = [&](const json& r, std::int32_t j) {
         // Ranks far out of range are left as they are (the reader reports them) rather than overflow.
         if (!r.is_number_integer()) return r;
         const auto v = r.get<std::int64_t>();
         return v > -(std::int64_t(1) << 40) && v < (std::int64_t(1) << 40) ? json(v + j * Rm) : r;
     };
-    // The file lists member 0: its ranks are [0, Rm).
+    // The file lists member 0: its ranks are [0, Rm), or along cp replica 0's with cp 0.
     auto rankListed = [&](const json& r, const std::string& at) {
+        if (cpAxis) {
+            if (!r.is_number_integer()) return true;
+            const auto v = r.get<std::int64_t>();
+            if (v >= 0 && v < perReplica && coords[static_cast<std::size_t>(v)][static_cast<std::size_t>(Axis::CP)] == 0) return true;
+            fail(at, "with cp members stored once, the file lists cp member 0 of replica 0: ranks below " + std::to_string(perReplica) +
+                         " with cp 0, not " + std::to_string(v) +
+                         (v >= 0 && v < nranks ? " (cp " + std::to_string(coords[static_cast<std::size_t>(v)][static_cast<std::size_t>(Axis::CP)]) + ")" : std::string()));
+            return false;
+        }
         if (r.is_number_integer() && (r.get<std::int64_t>() < 0 || r.get<std::int64_t>() >= Rm)) {
             fail(at, "with members stored once, the file lists member 0 of the first group: ranks 0 to " + std::to_string(Rm - 1) + ", not " +
                          std::to_string(r.get<std::int64_t>()));
@@ -218,6 +318,10 @@ MemberExpansion expandMembers(const json& doc, const RepeatOrigins* from) {
                     continue;
                 }
                 const auto p = parts->get<std::int64_t>(), k = index->get<std::int64_t>();
+                if (cpAxis && alsoReplica) {
+                    fail(path + "/index_from_member", "with cp members stored once, a chunk takes its index from the member or from the replica, not both");
+                    continue;
+                }
                 if (alsoReplica ? (p != dp || k != 0) : (p < N || p % N != 0 || k < 0 || k >= p / N)) {
                     fail(path + "/index_from_member",
                          alsoReplica ? "a chunk indexed by replica and member has parts dp (" + std::to_string(dp) +

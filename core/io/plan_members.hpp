@@ -19,7 +19,9 @@
 // docs/plan-format.md §7.3 is the specification.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -42,6 +44,17 @@ inline constexpr std::size_t kMaxMemberBytes = std::size_t(4) << 30;
 
 /// True when the document's replicas store one member of each expert-parallel group.
 bool storesMembersOnce(const nlohmann::json& doc);
+
+/// Members along the cp axis (`"member_axis": "cp"`): the rank step between consecutive members,
+/// from the ranks' coordinates. The ranks must step through the cp coordinate in blocks of that
+/// many ranks (rank r has cp (r / step) mod cp), and rank r + j * step must have rank r's other
+/// coordinates, for r with cp 0. Returns the step, or 0 with `why` (naming the first rank that
+/// breaks the rule).
+std::int64_t cpMemberStep(const std::vector<std::array<std::int32_t, 6>>& coords, std::int32_t cp, std::string& why, std::int64_t& badRank);
+
+/// A member's copy of a stored name: "~ep<j>" for an expert-parallel group's, "~cp<j>" for a
+/// context-parallel group's (member 0 keeps the stored name).
+std::string memberName(const std::string& stored, std::int32_t j, bool cpAxis);
 
 /// Writes out the members of a document whose replicas store one member ("members": N). `from`
 /// (optional) maps the document's entries to the file's (a version 3 file's repeats).

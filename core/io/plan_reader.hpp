@@ -64,6 +64,17 @@ private:
     static constexpr std::int64_t kMaxLanes = std::int64_t{1} << 24;
 
     /// Microbatch fields range over the listed microbatches: only 0 when they are stored once.
+    /// With cp members stored once, the file lists cp member 0: a rank with another cp coordinate
+    /// is refused at `path` (true when it is refused).
+    bool unstoredCpRank(std::int32_t rank, const std::string& path, const std::string& who) {
+        const auto& rep = plan_->replication;
+        if (rep.members < 2 || rep.memberAxis != Axis::CP || rank < 0 || static_cast<std::size_t>(rank) >= plan_->ranks.size()) return false;
+        const auto c = plan_->ranks[static_cast<std::size_t>(rank)].at(Axis::CP);
+        if (c == 0) return false;
+        fail(path, who + ": with cp members stored once, the file lists cp member 0 of replica 0; rank " + std::to_string(rank) + " has cp " +
+                       std::to_string(c) + " (member j runs member 0's ops on rank + j * " + std::to_string(rep.memberRanks) + ")");
+        return true;
+    }
     std::int32_t listedMicrobatches() const { return plan_->replication.microbatches > 1 ? 1 : plan_->microbatches; }
 
     void readMesh(const json& par);

@@ -87,6 +87,7 @@ json writePlanJson(const Plan& p, bool findRepeats) {
         if (p.replication.microbatches > 1) par["replicas"]["microbatches"] = true;
         if (p.replication.listedDp > 1) par["replicas"]["listed"] = p.replication.listedDp;
         if (p.replication.members > 1) par["replicas"]["members"] = p.replication.members;
+        if (p.replication.members > 1 && p.replication.memberAxis == Axis::CP) par["replicas"]["member_axis"] = "cp";
     }
     doc["parallel"] = std::move(par);
     json lin = json::array();

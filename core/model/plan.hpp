@@ -231,6 +231,11 @@ struct Replication {
     /// r + j * memberRanks (plan-format.md §7.3). `ranksPerReplica` is the group's ranks.
     std::int32_t members = 1;
     std::int32_t memberRanks = 0;
+    /// The axis the members lie along: DP (an expert-parallel group of data-parallel ranks, the
+    /// stored ranks [0, memberRanks)) or CP (a context-parallel group inside each replica: the
+    /// stored ranks are those with cp coordinate 0, member j's rank + j * memberRanks has cp j;
+    /// `listedDp` 1, `ranksPerReplica` one replica's ranks).
+    Axis memberAxis = Axis::DP;
     bool active() const { return degree > 1 || microbatches > 1 || members > 1; }
     /// Instances of an op or tensor with this microbatch field once written out.
     std::int32_t instances(std::int32_t microbatch) const { return degree * (microbatches > 1 && microbatch >= 0 ? microbatches : 1); }

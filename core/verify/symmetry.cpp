@@ -5,6 +5,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "io/plan_members.hpp"
 #include "ops/dims.hpp"
 #include "ops/registry.hpp"
 #include "model/instance_names.hpp"
@@ -40,7 +41,9 @@ WrittenOutCounts writtenOutCounts(const Plan& plan) {
 std::string storedOnce(const Replication& r, std::int32_t membersStoredOnce) {
     std::string s;
     if (membersStoredOnce > 1) s = "one member of each group in the file, written out: ";
-    if (r.members > 1)
+    if (r.members > 1 && r.memberAxis == Axis::CP)
+        s += "cp member 0 of " + std::to_string(r.members) + (r.degree > 1 ? ", one replica of " + std::to_string(r.degree) : std::string());
+    else if (r.members > 1)
         s += "one member of each group of " + std::to_string(r.members) + " replicas of " + std::to_string(r.degree * r.members) +
              (r.degree > 1 ? " (" + std::to_string(r.degree) + " groups)" : std::string());
     else if (r.listedDp > 1)
@@ -340,16 +343,19 @@ Plan writeOutMembers(const Plan& plan, const std::vector<bool>* opMask, const st
             }
         return out;
     }
-    // The group listed (plan-format.md §7): its N members, each a data-parallel rank.
-    out.replication.listedDp = rep.members;
+    // The group listed (plan-format.md §7): its N members, each a data-parallel rank; or, along
+    // cp, every replica's context-parallel group whole.
+    const bool cpAxis = rep.memberAxis == Axis::CP;
+    if (!cpAxis) out.replication.listedDp = rep.members;
     out.replication.members = 1;
     out.replication.memberRanks = 0;
+    out.replication.memberAxis = Axis::DP;
     const auto& T = plan.parallel;
     auto& P = out.parallel;
     P = Graph{};
     const std::int32_t N = rep.members, Rm = rep.memberRanks;
     const auto nt = static_cast<std::uint64_t>(T.tensors.size());
-    auto name = [&](NameId stored, std::int32_t j) { return j == 0 ? plan.names.str(stored) : plan.names.str(stored) + "~ep" + std::to_string(j); };
+    auto name = [&](NameId stored, std::int32_t j) { return memberName(plan.names.str(stored), j, cpAxis); };
     std::unordered_map<std::uint64_t, TensorId> ids;
     auto id = [&](TensorId t, std::int32_t j) -> TensorId {
         auto [it, fresh] = ids.emplace(static_cast<std::uint64_t>(j) * nt + t, static_cast<TensorId>(P.tensors.size()));

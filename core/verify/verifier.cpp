@@ -84,7 +84,7 @@ std::string proofKey(const Plan& plan, const Stage& stage, const CheckOptions& o
     key += "|replication " + std::to_string(r.degree) + " " + std::to_string(r.ranksPerReplica) + " " + std::to_string(r.microbatches);
     if (r.members > 1) {
         // Written out over its members only (its replicas stay stored), or over everything.
-        key += "|members " + std::to_string(r.members) + " " + std::to_string(r.memberRanks);
+        key += "|members " + std::to_string(r.members) + " " + std::to_string(r.memberRanks) + (r.memberAxis == Axis::CP ? " cp" : " dp");
         if (!provenByReplicaZero) key += provenAlongReplicas(plan, stage) ? " members-written-out" : " all-written-out";
     }
     key += opts.reduceShapes ? "|reduced" : "|full";
