@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "io/plan_json.hpp"
+#include "io/plan_members.hpp"
 #include "generate/generator.hpp"
 #include "io/plan_repeats.hpp"
 #include "verify/stages.hpp"
@@ -37,8 +38,27 @@ const json& memberPlan() {
     return doc;
 }
 
+/// A small Llama plan with context parallelism whose replicas store cp member 0 of each stage's
+/// group (dp 2, cp 2, tp 2: ranks dp, cp, tp from the outside; plan-format.md §7.3).
+const char* kCpMembers = "generated: llama3 dp2 cp2 tp2 nm2, cp members stored once";
+const json& cpMemberPlan() {
+    static const json doc = [] {
+        gen::GenerateOptions o;
+        o.model = "llama3";
+        o.layers = 1;
+        o.dp = 2;
+        o.cp = 2;
+        o.tp = 2;
+        o.microbatches = 2;
+        o.format = 2;
+        return gen::generatePlan(o);
+    }();
+    return doc;
+}
+
 json loadJson(const std::string& name) {
     if (name == kMembers) return memberPlan();
+    if (name == kCpMembers) return cpMemberPlan();
     std::ifstream in(examplesDir() + "/" + name);
     return json::parse(in);
 }
@@ -239,6 +259,32 @@ private slots:
             // is the duplicate, reported at the first tensor's entry, member 1.
             auto t = j["parallel"]["tensors"][0];
             t["id"] = t["id"].get<std::string>() + "~ep1";
+            j["parallel"]["tensors"].insert(j["parallel"]["tensors"].begin(), t);
+        }, "/parallel/tensors/1/member@1/id", "duplicate tensor id");
+        // Context-parallel members stored once ("member_axis": "cp").
+        const char* cpm = kCpMembers;
+        row("cp members not the mesh's cp", cpm, [](json& j) { j["parallel"]["replicas"]["members"] = 4; }, "/parallel/replicas/members", "not the mesh's cp (2)");
+        row("member axis unknown", cpm, [](json& j) { j["parallel"]["replicas"]["member_axis"] = "tp"; }, "/parallel/replicas/member_axis", "is \"dp\"");
+        row("member axis without members", rp, [](json& j) { j["parallel"]["replicas"]["member_axis"] = "cp"; }, "/parallel/replicas/member_axis", "goes with \"members\"");
+        row("stored tensor on cp member 1", cpm, [](json& j) { j["parallel"]["tensors"][0]["rank"] = 2; }, "/parallel/tensors/0/rank", "lists cp member 0 of replica 0");
+        row("stored op on cp member 1", cpm, [](json& j) {
+            auto i = firstWhere(j["parallel"]["ops"], [](const json& o) { return o.contains("rank"); });
+            j["parallel"]["ops"][i]["rank"] = 3;
+        }, "/parallel/ops/", "lists cp member 0 of replica 0");
+        row("group reaching cp member 1", cpm, [](json& j) {
+            auto i = firstWhere(j["parallel"]["ops"], [](const json& o) { return o.value("across_members", false); });
+            j["parallel"]["ops"][i]["group"][0] = 2;
+        }, "/parallel/ops/", "lists cp member 0 of replica 0");
+        row("stored tensor on replica 1", cpm, [](json& j) { j["parallel"]["tensors"][0]["rank"] = 8; }, "/parallel/tensors/0/rank", "lists cp member 0 of replica 0");
+        row("ranks not in blocks per cp coordinate", cpm, [](json& j) { j["parallel"]["ranks"][2]["cp"] = 0; }, "/parallel/ranks", "with cp members stored once");
+        row("a cp member's coordinates elsewhere", cpm, [](json& j) { j["parallel"]["ranks"][3]["tp"] = 0; }, "/parallel/ranks/3", "should have cp 1 and rank 1's other coordinates");
+        row("cp chunk indexed by member and replica", cpm, [](json& j) {
+            auto i = firstWhere(j["parallel"]["ops"], [](const json& o) { return o.value("index_from_member", false); });
+            j["parallel"]["ops"][i]["index_from_replica"] = true;
+        }, "/parallel/ops/", "from the member or from the replica, not both");
+        row("a cp member's copy is reported at its stored entry", cpm, [](json& j) {
+            auto t = j["parallel"]["tensors"][0];
+            t["id"] = t["id"].get<std::string>() + "~cp1";
             j["parallel"]["tensors"].insert(j["parallel"]["tensors"].begin(), t);
         }, "/parallel/tensors/1/member@1/id", "duplicate tensor id");
         row("across members without members", rp, [](json& j) { j["parallel"]["ops"][0]["across_members"] = true; }, "/parallel/ops/0/across_members", "for plans storing one member");
@@ -545,6 +591,8 @@ private slots:
         mutate(doc);
         auto res = readPlanJson(doc);
         QVERIFY2(!res.ok(), "a broken plan was accepted");
+        // Read as stored (as the verifier reads a member plan), it is refused too.
+        if (storesMembersOnce(doc)) QVERIFY2(!readPlanJson(doc, ReadOptions{true}).ok(), "a broken member plan was accepted as stored");
         QVERIFY(!res.problems.empty());
         QVERIFY(res.problems.size() <= kMaxProblems);
         bool found = false;

@@ -95,11 +95,15 @@ std::optional<gen::GenerateOptions> drawConfig(std::mt19937_64& rng) {
     o.sequenceParallel = o.tp > 1 && o.model != "mlp" && pick({0, 1});
     o.cp = o.model != "mlp" && o.tp == 1 && pick({0, 0, 1}) ? 2 : 1;
     if (o.cp > 1 && pick({0, 1})) o.cpComm = "p2p";
+    // All-gather CP with replicas or microbatches to store once: half the time stored as cp
+    // member 0 of each group ("member_axis": "cp"), checked by the verifier's member argument.
+    if (o.cp > 1 && o.cpComm != "p2p" && (o.dp > 1 || o.microbatches > 1) && pick({0, 1})) membersStored = true;
     o.optimizer = pick({0, 1}) ? "adamw" : "sgd";
     if (pick({0, 0, 0, 1})) o.clipGrad = "1";
     // Written out: a mutation can touch one rank, and the oracle needs no expansion; or, for
-    // experts over the replicas, one member stored (the verifier's member argument against the
-    // oracle on the plan written out; a mutation of the member is every member's).
+    // experts over the replicas and for all-gather CP, one member stored (the verifier's member
+    // argument against the oracle on the plan written out; a mutation of the member is every
+    // member's).
     o.format = membersStored ? 2 : 1;
     if (gen::validate(o)) return std::nullopt;
     return o;

@@ -4,6 +4,7 @@
 #include "io/plan_reader.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <optional>
 
@@ -470,6 +471,37 @@ void Reader::readGraph(const json& obj, const std::string& base, Graph& g, bool 
         g.opByName.emplace(info.name, opId);
         g.ops.push_back(info);
         if (source) plan_->setOpSource(g, opId, *source);
+    }
+    if (parallel && plan_->replication.members > 1) {
+        // Read as stored, a name that is member j's copy of another stored name ("x~cp1" beside
+        // "x") is the duplicate the members written out would hold: refused as the written-out
+        // reading refuses it.
+        const auto N = plan_->replication.members;
+        const std::string mark = plan_->replication.memberAxis == Axis::CP ? "~cp" : "~ep";
+        auto copyOf = [&](const std::string& name, const std::function<bool(NameId)>& exists) -> std::pair<std::string, long> {
+            const auto at = name.rfind(mark);
+            if (at == std::string::npos) return {};
+            const auto digits = name.substr(at + mark.size());
+            if (digits.empty() || digits.size() > 7 || digits[0] == '0' || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+                return {};
+            const long j = std::stol(digits);
+            if (j < 1 || j >= N) return {};
+            const auto stored = name.substr(0, at);
+            const auto id = plan_->names.find(stored);
+            return id != kNone && exists(id) ? std::pair{stored, j} : std::pair<std::string, long>{};
+        };
+        for (std::size_t i = 0; i < g.tensors.size(); ++i) {
+            const auto& name = plan_->names.str(g.tensors[i].name);
+            if (auto [stored, j] = copyOf(name, [&](NameId id) { return g.findTensor(id) != kNone; }); !stored.empty())
+                fail(entryPath(base + "/tensors", i) + "/id", "duplicate tensor id \"" + name + "\": member " + std::to_string(j) + "'s copy of \"" +
+                                                                 stored + "\" has that name");
+        }
+        for (std::size_t i = 0; i < g.ops.size(); ++i) {
+            const auto& name = plan_->names.str(g.ops[i].name);
+            if (auto [stored, j] = copyOf(name, [&](NameId id) { return g.opByName.count(id) > 0; }); !stored.empty())
+                fail(entryPath(base + "/ops", i) + "/id", "duplicate op id \"" + name + "\": member " + std::to_string(j) + "'s copy of \"" + stored +
+                                                             "\" has that name");
+        }
     }
     if (bad()) return;
     std::vector<OpId> cycle;
