@@ -29,6 +29,7 @@ configs=(
   "llama3-70b --dp 16 --tp 8 --cp 2 --pp 4 --microbatches 32"
   "llama3-8b --dp 2 --cp 2 --pp 2 --microbatches 2 --cp-comm p2p"
   "llama3-70b --dp 16 --cp 8 --pp 4 --microbatches 32 --cp-comm p2p"
+  "llama3-405b --dp 4 --tp 8 --cp 16 --pp 16"
 )
 echo "| configuration | generate s | file MB | parallel ops stored | written out | stages | unique | tying lanes | verdict | verify s (wall) | of which load s | peak MiB |"
 echo "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|"

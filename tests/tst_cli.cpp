@@ -776,6 +776,26 @@ private slots:
         QVERIFY2(bad.err.contains("unknown layout \"deepseek-v4\" (layouts: deepseek-v3-as-trained)"), qPrintable(bad.err));
     }
 
+    // Context parallelism with the replicas stored once stores cp member 0 of each stage's group
+    // ("member_axis": "cp"): generate says so, inspect reads it as stored, and verify proves it
+    // (tst_symmetry compares its verdicts with the plan written out).
+    void contextParallelMembersStoredOnce() {
+        QTemporaryDir dir;
+        auto path = dir.filePath("cp.json");
+        auto g = trainverify({"generate", "--model", "llama3", "--layers", "1", "--dp", "2", "--tp", "2", "--cp", "4", "--microbatches", "2", "-o", path});
+        QCOMPARE(g.exitCode, 0);
+        QVERIFY2(g.err.contains("cp member 0 of 4, one replica of 2, microbatch 0 of 2"), qPrintable(g.err));
+        auto i = trainverify({"inspect", path, "--json"});
+        QCOMPARE(i.exitCode, 0);
+        auto o = QJsonDocument::fromJson(i.out.toUtf8()).object();
+        QCOMPARE(o["ranks"].toInt(), 16);
+        QCOMPARE(o["stored"].toObject()["members_stored_once"].toInt(), 4);
+        QCOMPARE(o["stored"].toObject()["member_axis"].toString(), QStringLiteral("cp"));
+        auto v = trainverify({"verify", path});
+        QCOMPARE(v.exitCode, 0);
+        QVERIFY2(v.out.startsWith("EQUIVALENT:"), qPrintable(v.out));
+    }
+
     void helpAndVersion() {
         auto h = trainverify({"--help"});
         QCOMPARE(h.exitCode, 0);

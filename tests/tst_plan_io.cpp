@@ -282,6 +282,14 @@ private slots:
             auto i = firstWhere(j["parallel"]["ops"], [](const json& o) { return o.value("index_from_member", false); });
             j["parallel"]["ops"][i]["index_from_replica"] = true;
         }, "/parallel/ops/", "from the member or from the replica, not both");
+        // Found by review: read as stored, the replica index took the cp members for a listed
+        // group (parts dp x cp); written out there is no group, only parts dp.
+        row("cp plan's replica index over dp x cp parts", cpm, [](json& j) {
+            auto i = firstWhere(j["parallel"]["ops"], [](const json& o) { return o.value("index_from_member", false); });
+            j["parallel"]["ops"][i].erase("index_from_member");
+            j["parallel"]["ops"][i]["index_from_replica"] = true;
+            j["parallel"]["ops"][i]["attrs"]["parts"] = 4;
+        }, "/parallel/ops/", "a chunk indexed by replica has parts 2");
         row("a cp member's copy is reported at its stored entry", cpm, [](json& j) {
             auto t = j["parallel"]["tensors"][0];
             t["id"] = t["id"].get<std::string>() + "~cp1";
@@ -602,6 +610,31 @@ private slots:
             if (p.path.rfind(path.toStdString(), 0) == 0 && p.message.find(message.toStdString()) != std::string::npos) found = true;
         }
         QVERIFY2(found, ("expected a problem at " + path.toStdString() + " saying \"" + message.toStdString() + "\", got:\n" + all).c_str());
+    }
+
+    // A member flag set to false means what its absence means, in both readings (found by review:
+    // written out, "across_members": false on a member's copy was refused as a member field in a
+    // plan without members, while read as stored it was accepted).
+    void memberFlagsFalseMeanNothing() {
+        for (const char* base : {kMembers, kCpMembers}) {
+            auto doc = loadJson(base);
+            const auto plainStored = readPlanJson(doc, ReadOptions{true});
+            const auto plainListed = readPlanJson(doc);
+            QVERIFY(plainStored.ok() && plainListed.ok());
+            auto& ops = doc["parallel"]["ops"];
+            auto local = firstWhere(ops, [](const json& o) { return o.contains("rank"); });
+            auto collective = firstWhere(ops, [](const json& o) { return o.contains("group") && !o.value("across_members", false); });
+            QVERIFY(local < ops.size() && collective < ops.size());
+            ops[local]["across_members"] = false;
+            ops[local]["index_from_member"] = false;
+            ops[collective]["across_members"] = false;
+            const auto stored = readPlanJson(doc, ReadOptions{true});
+            const auto listed = readPlanJson(doc);
+            QVERIFY2(stored.ok(), stored.problems.empty() ? base : stored.problems[0].toString().c_str());
+            QVERIFY2(listed.ok(), listed.problems.empty() ? base : listed.problems[0].toString().c_str());
+            QCOMPARE(writePlanText(*stored.plan), writePlanText(*plainStored.plan));
+            QCOMPARE(writePlanText(*listed.plan), writePlanText(*plainListed.plan));
+        }
     }
 
     void malformedJsonNamesLineAndColumn() {

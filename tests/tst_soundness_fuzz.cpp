@@ -98,6 +98,16 @@ std::optional<gen::GenerateOptions> drawConfig(std::mt19937_64& rng) {
     // All-gather CP with replicas or microbatches to store once: half the time stored as cp
     // member 0 of each group ("member_axis": "cp"), checked by the verifier's member argument.
     if (o.cp > 1 && o.cpComm != "p2p" && (o.dp > 1 || o.microbatches > 1) && pick({0, 1})) membersStored = true;
+    // TV_FUZZ_CP_MEMBERS aims a run at that path: every plan of a model with attention is a cp
+    // member plan (cp 2, K and V all-gathered, replicas or microbatches stored once).
+    if (const char* cpm = std::getenv("TV_FUZZ_CP_MEMBERS"); cpm && *cpm && o.model != "mlp" && o.ep == 1) {
+        o.tp = 1;
+        o.sequenceParallel = false;
+        o.cp = 2;
+        o.cpComm = "all_gather";
+        if (o.dp == 1) o.microbatches = 2;
+        membersStored = true;
+    }
     o.optimizer = pick({0, 1}) ? "adamw" : "sgd";
     if (pick({0, 0, 0, 1})) o.clipGrad = "1";
     // Written out: a mutation can touch one rank, and the oracle needs no expansion; or, for

@@ -221,6 +221,7 @@ int inspectCommand(const Args& args) {
         j["stored"] = {{"replicas", p.replication.degree},
                        {"listed_dp", p.replication.listedDp},
                        {"members_stored_once", std::max(p.membersStoredOnce, p.replication.members)},
+                       {"member_axis", p.replication.members > 1 && p.replication.memberAxis == Axis::CP ? "cp" : "dp"},
                        {"microbatches", p.replication.microbatches},
                        {"parallel_ops", p.parallel.ops.size()},
                        {"parallel_tensors", p.parallel.tensors.size()}};

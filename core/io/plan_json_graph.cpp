@@ -341,7 +341,9 @@ void Reader::readGraph(const json& obj, const std::string& base, Graph& g, bool 
                     else if (!attrs.contains("parts") || !attrs["parts"].is_number_integer() || !attrs.contains("index") ||
                              !attrs["index"].is_number_integer() ||
                              !chunkByReplicaOk(attrs["parts"].get<std::int64_t>(), attrs["index"].get<std::int64_t>(), D,
-                                               std::max(plan_->replication.listedDp, plan_->replication.members)))
+                                               // Members along cp are no data-parallel ranks: the replicas alone.
+                                               plan_->replication.memberAxis == Axis::CP ? plan_->replication.listedDp
+                                                                                          : std::max(plan_->replication.listedDp, plan_->replication.members)))
                         fail(path + "/index_from_replica", who + ": a chunk indexed by replica has parts " + std::to_string(D) +
                                                                " (the replicas) and is listed with index 0" +
                                                                (plan_->replication.listedDp > 1 ? ", or parts dp (" + std::to_string(D * plan_->replication.listedDp) +

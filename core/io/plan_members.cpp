@@ -336,6 +336,7 @@ MemberExpansion expandMembers(const json& doc, const RepeatOrigins* from) {
                 json c = o;
                 if (c.is_object()) {
                     c.erase("index_from_member");
+                    c.erase("across_members");  // false here: the written-out plan has no members
                     if (c.contains("id")) c["id"] = rename(c["id"], j);
                     if (c.contains("rank")) c["rank"] = shiftRank(c["rank"], j);
                     if (auto* g = member(o, "group"); g && g->is_array()) {
