@@ -126,6 +126,26 @@ static void storedAgreesWithWrittenOut(const Plan& plan, const QString& failingO
     QCOMPARE(asStored.failure->rank % S, writtenOut.failure->rank % S);
 }
 
+/// A plan read as stored with one member of each group: stages proven on the stored member,
+/// stages written out over the members only, and stages written out whole are all there; verdict
+/// and failing op agree with the plan written out; and the writer keeps the stored form, which
+/// the reader reads back the same.
+static void memberPlanAgreesWithWrittenOut(const Plan& plan, const QString& failingOp) {
+    const auto sp = cutStages(plan);
+    int onMember = 0, overMembers = 0, whole = 0;
+    for (const auto& st : sp.stages) {
+        if (provenByReplicaZero(plan, st)) ++onMember;
+        else if (provenAlongReplicas(plan, st)) ++overMembers;
+        else ++whole;
+    }
+    QVERIFY2(onMember > overMembers && overMembers > 0 && whole > 0,
+             (std::to_string(onMember) + " " + std::to_string(overMembers) + " " + std::to_string(whole)).c_str());
+    storedAgreesWithWrittenOut(plan, failingOp);
+    auto again = readPlanJson(writePlanJson(plan), ReadOptions{true});
+    QVERIFY(again.ok());
+    QCOMPARE(writePlanText(*again.plan), writePlanText(plan));
+}
+
 Q_DECLARE_METATYPE(Mutation)
 
 class TestSymmetry : public QObject {
@@ -300,22 +320,7 @@ private slots:
         QCOMPARE(plan.replication.members, 2);
         QCOMPARE(plan.replication.degree, 2);
         QCOMPARE(plan.replication.listedDp, 1);
-        // Stages proven on the stored member, stages written out over the members only, and
-        // stages written out whole: each kind is there.
-        const auto sp = cutStages(plan);
-        int onMember = 0, overMembers = 0, whole = 0;
-        for (const auto& st : sp.stages) {
-            if (provenByReplicaZero(plan, st)) ++onMember;
-            else if (provenAlongReplicas(plan, st)) ++overMembers;
-            else ++whole;
-        }
-        QVERIFY2(onMember > overMembers && overMembers > 0 && whole > 0,
-                 (std::to_string(onMember) + " " + std::to_string(overMembers) + " " + std::to_string(whole)).c_str());
-        storedAgreesWithWrittenOut(plan, failingOp);
-        // The writer keeps the stored form, and the reader reads it back the same.
-        auto again = readPlanJson(writePlanJson(plan), ReadOptions{true});
-        QVERIFY(again.ok());
-        QCOMPARE(writePlanText(*again.plan), writePlanText(plan));
+        memberPlanAgreesWithWrittenOut(plan, failingOp);
     }
 
     // What a plan storing one member of each group means is its members written out: on the
@@ -402,19 +407,7 @@ private slots:
         QCOMPARE(plan.replication.listedDp, 1);
         // Only cp member 0's ranks (cp coordinate 0) are listed.
         for (const auto& t : plan.parallel.tensors) QCOMPARE(plan.ranks[static_cast<std::size_t>(t.rank)].at(Axis::CP), 0);
-        const auto sp = cutStages(plan);
-        int onMember = 0, overMembers = 0, whole = 0;
-        for (const auto& st : sp.stages) {
-            if (provenByReplicaZero(plan, st)) ++onMember;
-            else if (provenAlongReplicas(plan, st)) ++overMembers;
-            else ++whole;
-        }
-        QVERIFY2(onMember > overMembers && overMembers > 0 && whole > 0,
-                 (std::to_string(onMember) + " " + std::to_string(overMembers) + " " + std::to_string(whole)).c_str());
-        storedAgreesWithWrittenOut(plan, failingOp);
-        auto again = readPlanJson(writePlanJson(plan), ReadOptions{true});
-        QVERIFY(again.ok());
-        QCOMPARE(writePlanText(*again.plan), writePlanText(plan));
+        memberPlanAgreesWithWrittenOut(plan, failingOp);
     }
 
     // The two write-outs of cp members (the reader's on the document, the verifier's on the plan
