@@ -13,9 +13,14 @@
 //     (member j's slices shifted by j * n / N along d, or j * n / (N * lanes) when the record's
 //     "replicas" splits the same dim over that many lanes: the members' parts lie inside their
 //     lane's, member-major).
+// With "member_axis": "cp" the members are instead a context-parallel group inside each replica
+// (N the mesh's cp): the file lists cp member 0 (replica 0's ranks with cp 0), member j runs on
+// rank + j * s (s the rank step between cp coordinates, cpMemberStep), names are "~cp<j>", and
+// a chunk cannot take its index from the member and the replica at once.
 // The reader writes the members out (expandMembers) into the form with the group listed
-// ("listed": N, plan-format.md §7), before anything else looks at the plan: a stored-once plan
-// means exactly that written-out plan, which the reader then validates and the verifier checks.
+// ("listed": N, plan-format.md §7; along cp, a plain plan with replicas), before anything else
+// looks at the plan: a stored-once plan means exactly that written-out plan, which the reader
+// then validates and the verifier checks.
 // docs/plan-format.md §7.3 is the specification.
 #pragma once
 

@@ -34,9 +34,10 @@ Plan writeOutReplicas(const Plan& plan, const std::vector<bool>* ops, const std:
 
 /// Writes out the members of a plan storing one member of each expert-parallel group into the
 /// group listed (Replication::listedDp, plan-format.md §7): member j's copy of each selected op
-/// runs on ranks + j * memberRanks (names "~ep<j>"), a collective across members once over all of
-/// them, a chunk indexed by member with member j's index; each selected record repeats as its
-/// "members" mode says. The replicas (groups) and microbatches stay stored. A plan without
+/// runs on ranks + j * memberRanks (names "~ep<j>"; cp members, Replication::memberAxis CP:
+/// "~cp<j>", and the result is a plain plan with replicas), a collective across members once over
+/// all of them, a chunk indexed by member with member j's index; each selected record repeats as
+/// its "members" mode says. The replicas (groups) and microbatches stay stored. A plan without
 /// members: the same plan, its records selected.
 Plan writeOutMembers(const Plan& plan, const std::vector<bool>* ops, const std::vector<bool>* records,
                      std::vector<std::uint32_t>* origin = nullptr);
