@@ -138,6 +138,16 @@ private slots:
         generated("llama-cp2", cp,
                   words("norm-eps-one-rank norm-square-as-identity bwd-grad-sum-duplicated rope-bwd-halves-swapped "
                         "attn-scale-one-rank cp-loss-overscaled optimizer-unreduced-grad"));
+        // Context parallelism with the replicas stored once: the file stores cp member 0 of the
+        // group (plan-format.md §7.3, "member_axis": "cp"), which the bug lab reads written out.
+        // A bug edited into member 1's copy or into the stored member (every member's) is caught.
+        auto cpMembers = llama(1, 2, 1, 1, 1);
+        cpMembers.cp = 2;
+        generated("llama-dp2-cp2-members", cpMembers,
+                  words("norm-eps-one-rank norm-square-as-identity attn-scale-one-rank cp-loss-overscaled dp-grad-not-averaged "
+                        "dp-grad-averaged-twice optimizer-unreduced-grad"),
+                  false);
+        QVERIFY(bases_.at("llama-dp2-cp2-members").plan->membersStoredOnce == 2);
         auto z1 = llama(1, 2, 1, 1, 1);
         z1.zero = 1;
         generated("llama-dp2-zero1", z1,

@@ -26,6 +26,7 @@
 #include "verify/symmetry.hpp"
 #include "explore/plan_view.hpp"
 #include "io/plan_json.hpp"
+#include "generate/generator.hpp"
 #include "model/instance_names.hpp"
 
 using namespace tv;
@@ -247,6 +248,31 @@ private slots:
         g.tensor = drawn.tensorName(drawn.logical, drawn.logical.outputs(0)[0]);
         QCOMPARE(locateFailure(drawn, g).counterpart, OpId(0));
         QCOMPARE(locateFailure(drawn, Failure{}).failingOp, kNone);
+    }
+
+    // A plan storing cp members once is drawn with its members written out ("x~cp1" is an op of
+    // its own there); a diagnosis in a stage written out over the replicas names "x~cp1~dp1",
+    // which is member 1's op, not member 0's.
+    void failuresLocateAtTheMemberTheyNameInAMemberPlan() {
+        gen::GenerateOptions o;
+        o.model = "llama3";
+        o.layers = 1;
+        o.dp = 2;
+        o.cp = 2;
+        o.format = 2;
+        auto read = readPlanJson(gen::generatePlan(o));
+        QVERIFY(read.ok());
+        const Plan& drawn = *read.plan;
+        QCOMPARE(drawn.membersStoredOnce, 2);
+        std::string member1;
+        for (OpId op = 0; op < drawn.parallel.ops.size() && member1.empty(); ++op)
+            if (drawn.opName(drawn.parallel, op).ends_with("~cp1")) member1 = drawn.opName(drawn.parallel, op);
+        QVERIFY(!member1.empty());
+        Failure f;
+        f.parallelOp = member1 + instance::writtenOutSuffix(0, 1);
+        const auto focus = locateFailure(drawn, f);
+        QVERIFY(focus.failingOpAsStored);
+        QCOMPARE(drawn.opName(drawn.parallel, focus.failingOp), member1);
     }
 
     // The bundled lessons load; a broken manifest is reported with file and JSON path, never thrown.

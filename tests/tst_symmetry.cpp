@@ -156,32 +156,41 @@ private slots:
     void instanceNamesOfEveryScheme_data() {
         QTest::addColumn<QString>("name");
         QTest::addColumn<QString>("stored");
+        QTest::addColumn<QString>("withoutReplicaMarks");
         QTest::addColumn<QString>("withoutRank");
         QTest::addColumn<QString>("withoutMicrobatch");
         QTest::addColumn<QString>("logical");
-        const auto row = [](const char* tag, const std::string& name, const char* stored, const char* noRank, const char* noMb, const char* logical) {
-            QTest::newRow(tag) << QString::fromStdString(name) << stored << noRank << noMb << logical;
+        const auto row = [](const char* tag, const std::string& name, const char* stored, const char* own, const char* noRank, const char* noMb,
+                            const char* logical) {
+            QTest::newRow(tag) << QString::fromStdString(name) << stored << own << noRank << noMb << logical;
         };
-        row("generator", "fc2" + instance::generatorSuffix(1, 3), "fc2.mb1@r3", "fc2.mb1", "fc2@r3", "fc2");
-        row("generator, no microbatch", "w1" + instance::generatorSuffix(-1, 12), "w1@r12", "w1", "w1@r12", "w1");
-        row("nnScaler", "linear.4" + instance::nnScalerSuffix(2, 1), "linear.4@r2.m1", "linear.4.m1", "linear.4@r2", "linear.4");
-        row("nnScaler, no microbatch", "linear.4" + instance::nnScalerSuffix(2, -1), "linear.4@r2", "linear.4", "linear.4@r2", "linear.4");
-        row("written out", "fc2" + instance::generatorSuffix(0, 1) + instance::writtenOutSuffix(3, 2), "fc2.mb0@r1", "fc2.mb0~mb3~dp2", "fc2@r1~dp2", "fc2");
-        row("written out, replica only", "x@r0" + instance::writtenOutSuffix(0, 1), "x@r0", "x~dp1", "x@r0~dp1", "x");
-        row("stored lane keeps its name", "x@r0" + instance::writtenOutSuffix(0, 0), "x@r0", "x", "x@r0", "x");
-        row("marks without digits are the name's", std::string("norm@rms.mbx.mode"), "norm@rms.mbx.mode", "norm@rms.mbx.mode", "norm@rms.mbx.mode",
+        row("generator", "fc2" + instance::generatorSuffix(1, 3), "fc2.mb1@r3", "fc2.mb1@r3", "fc2.mb1", "fc2@r3", "fc2");
+        row("generator, no microbatch", "w1" + instance::generatorSuffix(-1, 12), "w1@r12", "w1@r12", "w1", "w1@r12", "w1");
+        row("nnScaler", "linear.4" + instance::nnScalerSuffix(2, 1), "linear.4@r2.m1", "linear.4@r2.m1", "linear.4.m1", "linear.4@r2", "linear.4");
+        row("nnScaler, no microbatch", "linear.4" + instance::nnScalerSuffix(2, -1), "linear.4@r2", "linear.4@r2", "linear.4", "linear.4@r2", "linear.4");
+        row("written out", "fc2" + instance::generatorSuffix(0, 1) + instance::writtenOutSuffix(3, 2), "fc2.mb0@r1", "fc2.mb0@r1", "fc2.mb0~mb3~dp2", "fc2@r1~dp2", "fc2");
+        row("written out, replica only", "x@r0" + instance::writtenOutSuffix(0, 1), "x@r0", "x@r0", "x~dp1", "x@r0~dp1", "x");
+        row("stored lane keeps its name", "x@r0" + instance::writtenOutSuffix(0, 0), "x@r0", "x@r0", "x", "x@r0", "x");
+        // A member's copy (plan-format.md §7.3) written out as a replica: the op stored once is
+        // member 0's; in a plan holding its members written out, the member's own.
+        row("a cp member's copy written out", "x@r0~cp1" + instance::writtenOutSuffix(3, 2), "x@r0", "x@r0~cp1", "x~cp1~mb3~dp2", "x@r0~cp1~dp2", "x");
+        row("an expert member's copy", std::string("x@r0~ep3"), "x@r0", "x@r0~ep3", "x~ep3", "x@r0~ep3", "x");
+        row("a replica mark inside the name stays", std::string("x~dp1y@r0~dp2"), "x", "x~dp1y@r0", "x~dp1y~dp2", "x~dp1y@r0~dp2", "x");
+        row("marks without digits are the name's", std::string("norm@rms.mbx.mode"), "norm@rms.mbx.mode", "norm@rms.mbx.mode", "norm@rms.mbx.mode", "norm@rms.mbx.mode",
             "norm@rms.mbx.mode");
-        row("a rank after a mark without digits", std::string("a@rb@r7"), "a@rb@r7", "a@rb", "a@rb@r7", "a@rb");
-        row("a .m not after a rank stays", std::string("emb.m3@r0"), "emb.m3@r0", "emb.m3", "emb.m3@r0", "emb.m3");
+        row("a rank after a mark without digits", std::string("a@rb@r7"), "a@rb@r7", "a@rb@r7", "a@rb", "a@rb@r7", "a@rb");
+        row("a .m not after a rank stays", std::string("emb.m3@r0"), "emb.m3@r0", "emb.m3@r0", "emb.m3", "emb.m3@r0", "emb.m3");
     }
     void instanceNamesOfEveryScheme() {
         QFETCH(QString, name);
         QFETCH(QString, stored);
+        QFETCH(QString, withoutReplicaMarks);
         QFETCH(QString, withoutRank);
         QFETCH(QString, withoutMicrobatch);
         QFETCH(QString, logical);
         const auto n = name.toStdString();
         QCOMPARE(QString::fromStdString(instance::storedName(n)), stored);
+        QCOMPARE(QString::fromStdString(instance::withoutReplicaMarks(n)), withoutReplicaMarks);
         QCOMPARE(QString::fromStdString(instance::withoutRank(n)), withoutRank);
         QCOMPARE(QString::fromStdString(instance::withoutMicrobatch(n)), withoutMicrobatch);
         QCOMPARE(QString::fromStdString(instance::logicalName(n)), logical);

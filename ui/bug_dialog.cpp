@@ -172,7 +172,7 @@ bugs::MutateOptions BugDialog::options() const {
 
 void BugDialog::preferAt(const QString& op) {
     preferredOp_ = op;
-    preferredStored_ = QString::fromStdString(instance::storedName(op.toStdString()));
+    preferredStored_ = QString::fromStdString(instance::withoutReplicaMarks(op.toStdString()));
     // "x~mb1~dp2": a copy in replica 2.
     preferredReplica_ = 0;
     if (const auto at = op.lastIndexOf(QStringLiteral("~dp")); at >= 0) preferredReplica_ = op.mid(at + 3).toInt();

@@ -263,7 +263,7 @@ Mutant mutantOf(const Plan& plan, std::string_view bug, const MutateOptions& opt
         }
         // With replicas written out, `at` may name the stored op: its copy on the rank asked for
         // ("x@r1~dp1" for x@r1 on replica 1's rank) is that op there.
-        auto isAt = [&](const std::string& op) { return op == opts.at || (form.writtenOut && instance::storedName(op) == opts.at); };
+        auto isAt = [&](const std::string& op) { return op == opts.at || (form.writtenOut && instance::withoutReplicaMarks(op) == opts.at); };
         const Site* chosen = nullptr;
         for (const auto& s : sites) {
             if (!opts.at.empty() && std::none_of(s.ops.begin(), s.ops.end(), isAt)) continue;
@@ -364,7 +364,9 @@ bool caught(const Mutant& mutant, const VerifyReport& report, std::string* why) 
         return false;
     }
     const bool stored = x.ranksPerReplica > 0;
-    const auto op = stored ? instance::storedName(f.parallelOp) : f.parallelOp;
+    // The mutant holds its members written out (the bug lab reads a plan so): a member's op
+    // "x~cp1" is its own; only the replicas' write-out marks map back to the op stored once.
+    const auto op = stored ? instance::withoutReplicaMarks(f.parallelOp) : f.parallelOp;
     const auto rank = stored && f.rank >= 0 ? f.rank % x.ranksPerReplica : f.rank;
     for (const auto& [name, r] : x.locations)
         if (name == op && r == rank) {
@@ -372,7 +374,7 @@ bool caught(const Mutant& mutant, const VerifyReport& report, std::string* why) 
             return true;
         }
     if (f.kind == FailureKind::DataflowBroken) {
-        const auto t = stored ? instance::storedName(f.parallelTensor) : f.parallelTensor;
+        const auto t = stored ? instance::withoutReplicaMarks(f.parallelTensor) : f.parallelTensor;
         if (!t.empty() && std::find(x.tensors.begin(), x.tensors.end(), t) != x.tensors.end()) {
             say(found);
             return true;

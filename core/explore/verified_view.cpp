@@ -24,7 +24,10 @@ OpId drawnOp(const Plan& drawn, const Graph& g, const std::string& name, bool* a
     if (name.empty()) return kNone;
     OpId op = g.findOp(drawn.names.find(name));
     if (op == kNone && name.find('~') != std::string::npos) {
-        op = g.findOp(drawn.names.find(instance::storedName(name)));
+        // A written-out replica's instance of a drawn op: the drawn plan holds its members
+        // written out ("x~cp1~dp1" is "x~cp1" there), or one stored member ("x").
+        op = g.findOp(drawn.names.find(instance::withoutReplicaMarks(name)));
+        if (op == kNone) op = g.findOp(drawn.names.find(instance::storedName(name)));
         if (asStored) *asStored = op != kNone;
     }
     return op;
@@ -33,6 +36,7 @@ OpId drawnOp(const Plan& drawn, const Graph& g, const std::string& name, bool* a
 TensorId drawnTensor(const Plan& drawn, const Graph& g, const std::string& name) {
     if (name.empty()) return kNone;
     TensorId t = g.findTensor(drawn.names.find(name));
+    if (t == kNone && name.find('~') != std::string::npos) t = g.findTensor(drawn.names.find(instance::withoutReplicaMarks(name)));
     if (t == kNone && name.find('~') != std::string::npos) t = g.findTensor(drawn.names.find(instance::storedName(name)));
     return t;
 }

@@ -66,6 +66,21 @@ std::string writtenOutSuffix(std::int32_t microbatch, std::int32_t replica) {
 
 std::string storedName(std::string_view name) { return std::string(name.substr(0, name.find('~'))); }
 
+std::string withoutReplicaMarks(std::string_view name) {
+    std::string s(name);
+    // From the end: each "~dp<k>" or "~mb<m>" with digits to the end of what is left.
+    for (bool more = true; more;) {
+        more = false;
+        for (std::string_view mark : {"~dp", "~mb"}) {
+            const auto at = s.rfind(mark);
+            if (at == std::string::npos || at + mark.size() == s.size() || digitsEnd(s, at + mark.size()) != s.size()) continue;
+            s.erase(at);
+            more = true;
+        }
+    }
+    return s;
+}
+
 std::string withoutRank(std::string_view name) {
     std::string s(name);
     strip(s, "@r", false);

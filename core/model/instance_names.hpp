@@ -38,6 +38,10 @@ std::string writtenOutSuffix(std::int32_t microbatch, std::int32_t replica);
 /// The stored name a written-out instance stands for: "x~mb1~dp1" -> "x" (a name without such a
 /// suffix is its own).
 std::string storedName(std::string_view name);
+/// The name without the replica write-out's marks only: trailing "~mb<m>" and "~dp<k>" removed,
+/// a member's "~cp<j>" / "~ep<j>" kept. "x~cp1~mb1~dp1" -> "x~cp1": in a plan holding its members
+/// written out (the explorer's, the bug lab's), the op a written-out replica instance stands for.
+std::string withoutReplicaMarks(std::string_view name);
 /// The name without its first rank mark: "fc1.mb0@r3" -> "fc1.mb0", "fc1@r3.m0" -> "fc1.m0". The
 /// tensor-parallel peers of one op share it.
 std::string withoutRank(std::string_view name);

@@ -181,6 +181,10 @@ const SourceLine* Plan::opSource(bool parallelGraph, std::string_view opName) co
         return it == table.end() || it->second >= sourceLines.size() ? nullptr : &sourceLines[it->second];
     };
     if (const auto* s = lookup(opName)) return s;
+    // A written-out replica's instance ("x~cp1~dp1" in a plan holding its members written out:
+    // "x~cp1"), or, read as stored, the stored member's op ("x").
+    if (const auto own = instance::withoutReplicaMarks(opName); own != opName)
+        if (const auto* s = lookup(own)) return s;
     const auto stored = instance::storedName(opName);
     return stored != opName ? lookup(stored) : nullptr;
 }
